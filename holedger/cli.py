@@ -1,0 +1,78 @@
+"""The ``holedger`` command line: a thin click group; each room registers its commands."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any
+
+import click
+
+from holedger import __version__
+from holedger.errors import HoledgerError
+
+# Each room's ``commands`` module has ``register(cli)``; the order is the help order.
+ROOM_COMMANDS = (
+    "holedger.ledger.commands",
+    "holedger.tasks.commands",
+    "holedger.server.commands",
+    "holedger.replay.commands",
+    "holedger.gateway.commands",
+    "holedger.sandboxes.commands",
+    "holedger.analysis.commands",
+)
+
+
+class HoledgerGroup(click.Group):
+    """Turns every HoledgerError into one line on stderr with its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HoledgerError as exc:
+            click.echo(f"holedger: error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=HoledgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="holedger")
+@click.option(
+    "--home",
+    envvar="HOLEDGER_HOME",
+    default=".holedger",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="holedger home: keys, the default SQLite ledger, run repositories, reports.",
+)
+@click.option(
+    "--ledger",
+    "ledger_url",
+    envvar="HOLEDGER_LEDGER",
+    default=None,
+    help="Ledger database URL (default: SQLite inside the home; postgresql+psycopg://...).",
+)
+@click.pass_context
+def cli(ctx: click.Context, home: str, ledger_url: str | None) -> None:
+    """holedger: a signed, replayable audit ledger for harness-optimization runs."""
+    from holedger.config import Settings
+
+    ctx.obj = Settings.resolve(home, ledger_url)
+
+
+def _register_rooms(group: click.Group) -> None:
+    for module_name in ROOM_COMMANDS:
+        module = import_module(module_name)
+        register: Callable[[click.Group], None] = module.register
+        register(group)
+
+
+_register_rooms(cli)
+
+
+def main() -> None:
+    cli(prog_name="holedger")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Ed25519 keys with C2SP signed-note names and key ids.
+
+A key id is the first 4 bytes of ``SHA-256(name || 0x0A || 0x01 || public_key)``
+(C2SP signed-note, algorithm byte 0x01 = Ed25519), written as 8 lower-case hex digits in
+events and as raw bytes inside note signature lines. A verifier key ("vkey") is the text
+``name+hex(key_id)+base64(0x01 || public_key)``.
+
+Private keys live in one file each, mode 0600: the C2SP signer-key text
+``PRIVATE+KEY+name+hex(key_id)+base64(0x01 || seed)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from holedger.errors import ConfigError, UsageError
+
+ALG_ED25519 = 0x01
+
+
+def key_id_bytes(name: str, public_key: bytes) -> bytes:
+    """The C2SP signed-note key id (4 bytes) of an Ed25519 key."""
+    if len(public_key) != 32:
+        raise UsageError("an Ed25519 public key is 32 bytes")
+    return hashlib.sha256(name.encode() + b"\n" + bytes([ALG_ED25519]) + public_key).digest()[:4]
+
+
+def check_key_name(name: str) -> str:
+    if not name or any(c.isspace() for c in name) or "+" in name:
+        raise UsageError(
+            f"bad key name {name!r}", hint="a key name is non-empty, with no spaces and no '+'"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """A named Ed25519 verification key."""
+
+    name: str
+    raw: bytes
+
+    @property
+    def key_id(self) -> bytes:
+        return key_id_bytes(self.name, self.raw)
+
+    @property
+    def key_id_hex(self) -> str:
+        return self.key_id.hex()
+
+    @property
+    def b64(self) -> str:
+        return base64.b64encode(self.raw).decode()
+
+    def vkey(self) -> str:
+        """The C2SP verifier key text."""
+        blob = base64.b64encode(bytes([ALG_ED25519]) + self.raw).decode()
+        return f"{self.name}+{self.key_id_hex}+{blob}"
+
+    def verify(self, signature: bytes, message: bytes) -> bool:
+        try:
+            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+    def verifier(self) -> Ed25519PublicKey:
+        return Ed25519PublicKey.from_public_bytes(self.raw)
+
+    @classmethod
+    def from_vkey(cls, text: str) -> PublicKey:
+        """Parse ``name+hexid+base64(0x01||key)``, checking the id against the key."""
+        parts = text.strip().split("+")
+        if len(parts) != 3:
+            raise UsageError(
+                f"not a verifier key: {text.strip()[:60]!r}",
+                hint="expected name+keyid+base64 as printed by 'holedger keys show'",
+            )
+        name, hex_id, blob = parts
+        try:
+            raw = base64.b64decode(blob, validate=True)
+        except binascii.Error as exc:
+            raise UsageError("verifier key has bad base64") from exc
+        if len(raw) != 33 or raw[0] != ALG_ED25519:
+            raise UsageError("verifier key is not an Ed25519 key")
+        key = cls(check_key_name(name), raw[1:])
+        if key.key_id_hex != hex_id.lower():
+            raise UsageError(f"verifier key id {hex_id} does not match its key")
+        return key
+
+
+class SigningKey:
+    """A named Ed25519 private key."""
+
+    def __init__(self, name: str, private: Ed25519PrivateKey) -> None:
+        self.name = check_key_name(name)
+        self._private = private
+        raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.public = PublicKey(self.name, raw)
+
+    @classmethod
+    def generate(cls, name: str) -> SigningKey:
+        return cls(name, Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, name: str, seed: bytes) -> SigningKey:
+        return cls(name, Ed25519PrivateKey.from_private_bytes(seed))
+
+    @property
+    def key_id(self) -> bytes:
+        return self.public.key_id
+
+    @property
+    def key_id_hex(self) -> str:
+        return self.public.key_id_hex
+
+    def sign(self, message: bytes) -> bytes:
+        return self._private.sign(message)
+
+    def seed(self) -> bytes:
+        return self._private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+    def skey(self) -> str:
+        """The C2SP signer key text (keep it secret)."""
+        blob = base64.b64encode(bytes([ALG_ED25519]) + self.seed()).decode()
+        return f"PRIVATE+KEY+{self.name}+{self.key_id_hex}+{blob}"
+
+    @classmethod
+    def from_skey(cls, text: str) -> SigningKey:
+        parts = text.strip().split("+")
+        if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
+            raise ConfigError("not a holedger private key file", hint="run 'holedger init'")
+        _, _, name, hex_id, blob = parts
+        try:
+            raw = base64.b64decode(blob, validate=True)
+        except binascii.Error as exc:
+            raise ConfigError("private key file has bad base64") from exc
+        if len(raw) != 33 or raw[0] != ALG_ED25519:
+            raise ConfigError("private key file is not an Ed25519 key")
+        key = cls.from_seed(name, raw[1:])
+        if key.key_id_hex != hex_id.lower():
+            raise ConfigError("private key file's key id does not match its key")
+        return key
+
+    def save(self, path: Path) -> None:
+        """Write the key file with mode 0600, refusing to overwrite an existing one."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError as exc:
+            raise ConfigError(f"key file {path} exists", hint="keys are never overwritten") from exc
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.skey() + "\n")
+        os.chmod(path, 0o600)
+
+    @classmethod
+    def load(cls, path: Path) -> SigningKey:
+        try:
+            text = path.read_text()
+        except FileNotFoundError as exc:
+            raise ConfigError(f"no key file at {path}", hint="run 'holedger init'") from exc
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ConfigError(
+                f"key file {path} is readable by others (mode {mode:o})",
+                hint=f"chmod 600 {path}",
+            )
+        return cls.from_skey(text)
+
+
+def load_trusted_keys(values: list[str]) -> list[PublicKey]:
+    """Keys given on the command line: a vkey text, or a file of vkeys (one per line)."""
+    keys: list[PublicKey] = []
+    for value in values:
+        path = Path(value)
+        if "+" not in value and path.exists():
+            lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+            lines = [ln for ln in lines if not ln.lstrip().startswith("#")]
+            keys.extend(PublicKey.from_vkey(line) for line in lines)
+        elif path.is_file():
+            lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+            keys.extend(PublicKey.from_vkey(ln) for ln in lines if not ln.startswith("#"))
+        else:
+            keys.append(PublicKey.from_vkey(value))
+    return keys

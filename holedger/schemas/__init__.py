@@ -1,0 +1,1 @@
+"""Pydantic models, canonical bytes and exported JSON Schema: the contract between rooms."""

@@ -1,0 +1,324 @@
+"""The event envelope and every event type's payload (schema version 1).
+
+The envelope is the same for every event and is what gets signed (docs/FORMAT.md);
+payloads are typed per event type. ``EVENT_TYPES`` maps each type name to its payload
+model: an event whose type is not in it, or whose ``schema_version`` is not
+``SCHEMA_VERSION``, fails verification.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from holedger.schemas.types import (
+    KeyIdHex,
+    Rational,
+    Role,
+    SearchSplit,
+    Sha256Hex,
+    Split,
+)
+
+SCHEMA_VERSION = 1
+TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
+RUN_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+
+
+class Model(BaseModel):
+    """Base of every schema: immutable, no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- envelope
+
+
+class EventEnvelope(Model):
+    """Everything of an event that is signed: the canonical JSON of this object."""
+
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
+    seq: int = Field(ge=0)
+    type: str
+    schema_version: int
+    time: str = Field(pattern=TIME_PATTERN)
+    role: Role
+    key_id: KeyIdHex
+    prev_hash: Sha256Hex
+    payload: dict[str, Any]
+
+
+class SignedEvent(EventEnvelope):
+    """An envelope plus its Ed25519 signature (standard base64, 64 bytes)."""
+
+    sig: str
+
+
+# --------------------------------------------------------------------------- shared parts
+
+
+class PublicKeyInfo(Model):
+    """A public key as declared in RunOpened: C2SP signed-note name, key id, raw key."""
+
+    name: str = Field(min_length=1)
+    key_id: KeyIdHex
+    public_key: str = Field(description="standard base64 of the 32-byte Ed25519 public key")
+
+
+class SplitBudget(Model):
+    calls: int = Field(ge=0)
+    case_passes: Rational
+
+
+class BudgetVector(Model):
+    """The search budget: per search split calls and case-passes, and target tokens."""
+
+    dev: SplitBudget
+    val: SplitBudget
+    target_tokens: int = Field(ge=0)
+    per_trial_tokens: int | None = Field(default=None, ge=0)
+
+
+class DisclosurePolicy(Model):
+    dev: Literal["per_case"] = "per_case"
+    val: Literal["aggregate"] = "aggregate"
+    test: Literal["none"] = "none"
+    min_aggregate_cases: int = Field(default=5, ge=1)
+
+
+class TaskTerms(Model):
+    """What replay needs of the task to re-derive every decision, pinned in RunOpened."""
+
+    task_id: str
+    models: list[str]
+    split_sizes: dict[Split, int]
+    split_digests: dict[Split, Sha256Hex]
+    manifest_digest: Sha256Hex
+    budget: BudgetVector
+    disclosure: DisclosurePolicy
+    k: int = Field(ge=1)
+    resolution_band: Rational
+    verifier_digest: Sha256Hex
+    seed_commit: str
+    entrypoint: list[str]
+    immutable_paths: list[str]
+    case_timeout_s: int = Field(ge=1)
+    environment_digest: Sha256Hex
+
+
+class SeedBaseline(Model):
+    """The task's pinned E(H0): computed once with the same K, itself recorded in a ledger."""
+
+    e_h0: Rational
+    k: int = Field(ge=1)
+    baseline_run_id: str | None = None
+    per_case_digest: Sha256Hex | None = None
+
+
+class SplitUse(Model):
+    calls: int = Field(ge=0)
+    case_passes: Rational
+
+
+class BudgetUse(Model):
+    dev: SplitUse
+    val: SplitUse
+
+
+class CaseCost(Model):
+    calls: int
+    case_passes: Rational
+
+
+class TokenUsage(Model):
+    """OpenAI wire convention: input includes cached, output includes reasoning."""
+
+    input: int = Field(default=0, ge=0)
+    cached: int = Field(default=0, ge=0)
+    output: int = Field(default=0, ge=0)
+    reasoning: int = Field(default=0, ge=0)
+    total: int = Field(default=0, ge=0)
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class RunOpened(Model):
+    task_id: str
+    task_digest: Sha256Hex
+    terms: TaskTerms
+    seed_baseline: SeedBaseline | None = None
+    optimizer: str = "unnamed"
+    keys: dict[Role, PublicKeyInfo]
+    origin: str
+    checkpoint_interval: int = Field(ge=1)
+
+    @field_validator("keys")
+    @classmethod
+    def _server_key_declared(cls, value: dict[str, PublicKeyInfo]) -> dict[str, PublicKeyInfo]:
+        if "server" not in value:
+            raise ValueError("RunOpened must declare the server key")
+        return value
+
+
+class CandidateCommitted(Model):
+    candidate: str = Field(description="the git commit id of the candidate")
+    index: int = Field(ge=0)
+    tree: str
+    parent: str | None
+    changed_paths: list[str]
+    immutable_ok: bool
+    immutable_violations: list[str] = []
+
+
+class EvaluationRequested(Model):
+    request_id: str
+    candidate: str
+    split: Split
+    case_ids: list[str]
+    attempts: int = Field(ge=1)
+    cost: CaseCost
+    budget_before: BudgetUse
+    decision: Literal["accepted", "rejected"]
+    reason: str | None = None
+
+
+class TrialCompleted(Model):
+    request_id: str
+    trial_id: str
+    candidate: str
+    split: Split
+    case_id: str
+    attempt: int = Field(ge=0)
+    backend: str
+    isolation: Literal["isolated", "none"]
+    limits: dict[str, int]
+    exit_status: int | None
+    timed_out: bool
+    oom: bool
+    wall_ms: int = Field(ge=0)
+    cpu_ms: int | None = None
+    answer_digest: Sha256Hex | None
+    output_digest: Sha256Hex | None
+    trace_digest: Sha256Hex | None
+    score: Rational
+    tokens: TokenUsage
+    gateway_calls: int = Field(ge=0)
+
+
+class GatewayCall(Model):
+    call_id: str
+    scope: Literal["target", "optimizer"]
+    request_id: str | None = None
+    trial_id: str | None = None
+    case_id: str | None = None
+    attempt: int | None = None
+    model_requested: str | None
+    model_served: str | None
+    allowed: bool
+    reason: str | None = None
+    status: int
+    stream: bool = False
+    tokens: TokenUsage
+    reserved: int = Field(ge=0)
+    max_tokens_imposed: int | None = None
+    usage_estimated: bool = False
+    latency_ms: int = Field(ge=0)
+    request_digest: Sha256Hex | None
+    response_digest: Sha256Hex | None
+
+
+class DisclosureProjected(Model):
+    request_id: str
+    split: Split
+    policy: Literal["per_case", "aggregate", "none"]
+    projection: dict[str, Any]
+    projection_digest: Sha256Hex
+
+
+SAFETY_CATEGORIES = (
+    "foreign_token",
+    "model_not_allowed",
+    "timeout",
+    "out_of_memory",
+    "readonly_write",
+    "network_attempt",
+    "process_left_behind",
+    "output_truncated",
+    "process_limit",
+    "unisolated_trial",
+    "sandbox_error",
+)
+
+
+class SafetyViolation(Model):
+    category: str
+    trial_id: str | None = None
+    call_id: str | None = None
+    detail: str
+    evidence_digest: Sha256Hex | None = None
+
+
+class CandidateNominated(Model):
+    candidate: str
+
+
+class CaseScores(Model):
+    case_id: str
+    scores: list[Rational]
+
+
+class RunScored(Model):
+    candidate: str
+    k: int = Field(ge=1)
+    per_case: list[CaseScores]
+    e_h_plus: Rational
+    e_h0: Rational
+    g: Rational | None
+
+
+class Checkpoint(Model):
+    size: int = Field(ge=0)
+    root: Sha256Hex
+    note: str = Field(description="the C2SP signed note holding the tlog-checkpoint text")
+
+
+class RunClosed(Model):
+    reason: str
+    summary: dict[str, Any] = {}
+
+
+EVENT_TYPES: dict[str, type[Model]] = {
+    "RunOpened": RunOpened,
+    "CandidateCommitted": CandidateCommitted,
+    "EvaluationRequested": EvaluationRequested,
+    "TrialCompleted": TrialCompleted,
+    "GatewayCall": GatewayCall,
+    "DisclosureProjected": DisclosureProjected,
+    "SafetyViolation": SafetyViolation,
+    "CandidateNominated": CandidateNominated,
+    "RunScored": RunScored,
+    "Checkpoint": Checkpoint,
+    "RunClosed": RunClosed,
+}
+
+_NAME = re.compile(r"^[A-Z][A-Za-z]+$")
+assert all(_NAME.match(name) for name in EVENT_TYPES)
+
+
+def payload_model(event_type: str) -> type[Model]:
+    """The payload model of ``event_type``; KeyError when the type is unknown."""
+    return EVENT_TYPES[event_type]
+
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "EventEnvelope",
+    "Model",
+    "SearchSplit",
+    "SignedEvent",
+    "payload_model",
+]

@@ -1,0 +1,70 @@
+"""Small shared field types: exact rationals, digests, key ids, roles."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+from holedger.errors import CanonicalError
+from holedger.schemas.canonical import rational_to_str, str_to_rational
+
+RATIONAL_PATTERN = r"^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9]|/[1-9][0-9]*)?$"
+
+
+def _to_fraction(value: Any) -> Fraction:
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a rational")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, str):
+        try:
+            return str_to_rational(value)
+        except CanonicalError as exc:
+            raise ValueError(str(exc)) from exc
+    raise ValueError(f"expected an exact rational string, got {type(value).__name__}")
+
+
+Rational = Annotated[
+    Fraction,
+    BeforeValidator(_to_fraction),
+    PlainSerializer(rational_to_str, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": RATIONAL_PATTERN,
+            "description": "exact rational: integer, terminating decimal, or p/q",
+        }
+    ),
+]
+"""An exact rational number, serialised as its one canonical string (``"0.25"``, ``"1/3"``)."""
+
+Sha256Hex = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{64}$"}),
+    BeforeValidator(lambda v: _hex(v, 64)),
+]
+KeyIdHex = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{8}$"}),
+    BeforeValidator(lambda v: _hex(v, 8)),
+]
+
+Role = Literal["server", "gateway", "sandbox"]
+ROLES: tuple[Role, ...] = ("server", "gateway", "sandbox")
+Split = Literal["dev", "val", "test"]
+SearchSplit = Literal["dev", "val"]
+
+
+def _hex(value: Any, length: int) -> str:
+    if not isinstance(value, str) or len(value) != length:
+        raise ValueError(f"expected {length} lower-case hex characters")
+    if any(c not in "0123456789abcdef" for c in value):
+        raise ValueError(f"expected {length} lower-case hex characters")
+    return value
+
+
+ZERO_HASH = "0" * 64
