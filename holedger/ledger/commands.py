@@ -1,9 +1,123 @@
-"""Command-line commands of the ledger room."""
+"""`holedger init`, `holedger keys show`, `holedger run list | show`."""
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import asdict
+
 import click
+
+from holedger.ledger.store import Ledger
+from holedger.output import console, emit_json, settings, table
+
+
+def open_ledger(ctx: click.Context) -> Ledger:
+    """The home's ledger, signed with the home's key."""
+    return Ledger.from_settings(settings(ctx))
+
+
+@click.command("init")
+@click.option(
+    "--key-name",
+    default="holedger-operator",
+    show_default=True,
+    help="C2SP signed-note name of the operator key.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def init_cmd(ctx: click.Context, key_name: str, as_json: bool) -> None:
+    """Create the home: the operator key (mode 0600) and the ledger."""
+    cfg = settings(ctx)
+    key, created = Ledger.init_home(cfg, key_name)
+    data = {
+        "home": str(cfg.home),
+        "ledger": cfg.ledger_url,
+        "key": str(cfg.key_path),
+        "vkey": key.public.vkey(),
+        "created_key": created,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    verb = "created" if created else "kept existing"
+    click.echo(f"home    {cfg.home}")
+    click.echo(f"ledger  {cfg.ledger_url}")
+    click.echo(f"key     {cfg.key_path} ({verb})")
+    click.echo(f"vkey    {key.public.vkey()}")
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """The operator's keys."""
+
+
+@keys_group.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def keys_show(ctx: click.Context, as_json: bool) -> None:
+    """Print the operator's verifier key (give it to verifiers for --trusted-key)."""
+    from holedger.ledger.keys import SigningKey
+
+    key = SigningKey.load(settings(ctx).key_path)
+    if as_json:
+        emit_json({"name": key.name, "key_id": key.key_id_hex, "vkey": key.public.vkey()})
+    else:
+        click.echo(key.public.vkey())
+
+
+@click.group("run")
+def run_group() -> None:
+    """Runs: open, list, show."""
+
+
+@run_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def run_list(ctx: click.Context, as_json: bool) -> None:
+    """List the runs in the ledger with their state."""
+    ledger = open_ledger(ctx)
+    infos = ledger.runs()
+    if as_json:
+        emit_json([asdict(info) for info in infos])
+        return
+    if not infos:
+        click.echo("no runs yet (hint: 'holedger demo' or 'holedger run open --task T')")
+        return
+    rows = [[i.run_id, i.task_id, i.optimizer, i.events, i.state, i.opened] for i in infos]
+    console().print(table(None, ["run", "task", "optimizer", "events", "state", "opened"], rows))
+
+
+@run_group.command("show")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
+    """Show one run: its task, keys and event counts by type."""
+    ledger = open_ledger(ctx)
+    run_id = ledger.resolve_run(run)
+    opened = ledger.run_terms(run_id)
+    counts: Counter[str] = Counter(rec.type for rec in ledger.records(run_id))
+    info = next(i for i in ledger.runs() if i.run_id == run_id)
+    data = {
+        "run_id": run_id,
+        "task_id": opened.task_id,
+        "task_digest": opened.task_digest,
+        "optimizer": opened.optimizer,
+        "state": info.state,
+        "events": info.events,
+        "by_type": dict(sorted(counts.items())),
+        "keys": {role: k.model_dump() for role, k in opened.keys.items()},
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"run {run_id}  task {opened.task_id}  optimizer {opened.optimizer}  {info.state}")
+    rows = [[name, n] for name, n in sorted(counts.items())]
+    console().print(table(None, ["event", "count"], rows))
 
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    cli.add_command(init_cmd)
+    cli.add_command(keys_group)
+    cli.add_command(run_group)

@@ -143,7 +143,11 @@ def sign_event(
         "prev_hash": prev_hash,
         "payload": payload,
     }
-    signed = canonical_json(envelope)
+    return sign_envelope(key, envelope, canonical_json(envelope))
+
+
+def sign_envelope(key: SigningKey, envelope: dict[str, Any], signed: bytes) -> Record:
+    """Sign already-encoded envelope bytes (``signed`` must be canonical_json(envelope))."""
     signature = key.sign(signed)
     record = dict(envelope)
     record["sig"] = base64.b64encode(signature).decode()

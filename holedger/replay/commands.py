@@ -1,9 +1,75 @@
-"""Command-line commands of the replay room."""
+"""`holedger replay RUN`: verify a run from its log alone."""
 
 from __future__ import annotations
 
+import sys
+
 import click
+
+from holedger.ledger.keys import load_trusted_keys
+from holedger.output import console, emit_json, settings, table
+from holedger.replay.report import ReplayReport
+
+
+def print_report(report: ReplayReport) -> None:
+    """The human form of a replay report: verdict, checks, first failures, sections."""
+    out = console()
+    verdict = "[bold green]VERIFIED[/]" if report.verified else "[bold red]FAILED[/]"
+    out.print(f"run {report.run_id}: {verdict} ({report.events} events)")
+    rows = [["ok" if c.ok else "FAIL", c.name, c.detail] for c in report.checks]
+    out.print(table("checks", ["", "check", "detail"], rows))
+    if report.failures:
+        rows = [
+            ["-" if f.seq is None else str(f.seq), f.type or "-", f.reason]
+            for f in report.failures[:20]
+        ]
+        out.print(table("first failures", ["seq", "type", "reason"], rows))
+        if report.failures_total > 20:
+            out.print(f"... {report.failures_total - 20} more (see --json)")
+    budget = report.sections.get("budget_table")
+    if isinstance(budget, list) and budget:
+        out.print(table("budget", list(budget[0].keys()), [list(r.values()) for r in budget]))
+    safety = report.sections.get("safety")
+    if isinstance(safety, dict):
+        cats = ", ".join(f"{k}: {v}" for k, v in safety.get("by_category", {}).items())
+        out.print(
+            f"safety: {safety.get('violations', 0)} violations{(' (' + cats + ')') if cats else ''}"
+        )
+
+
+@click.command("replay")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    help="A verifier key (name+id+key) or a keyring file; pins the run's keys.",
+)
+@click.pass_context
+def replay_cmd(ctx: click.Context, run: str, as_json: bool, trusted: tuple[str, ...]) -> None:
+    """Verify RUN from its log: signatures, chain, checkpoints, budgets, disclosures, scores.
+
+    Exit 0 verified, 1 verification failed, 2 bad usage or run not found.
+    """
+    from holedger.ledger.store import Ledger
+    from holedger.replay.engine import replay_run
+
+    cfg = settings(ctx)
+    keys = load_trusted_keys(list(trusted))
+    ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    try:
+        run_id = ledger.resolve_run(run)
+        report = replay_run(ledger, run_id, trusted_keys=keys)
+    finally:
+        ledger.close()
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        print_report(report)
+    sys.exit(0 if report.verified else 1)
 
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    cli.add_command(replay_cmd)

@@ -1,0 +1,41 @@
+"""Shared command-line plumbing: settings from the click context, JSON output, tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from holedger.config import Settings
+
+
+def settings(ctx: click.Context) -> Settings:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, Settings)
+    return obj
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (scripts read it)."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
+    tbl = Table(title=title, show_lines=False)
+    for col in columns:
+        tbl.add_column(col)
+    for row in rows:
+        tbl.add_row(*[str(cell) for cell in row])
+    return tbl
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,370 @@
+"""Replay: verify a run's records and fold them into independent projections.
+
+Integrity comes first and trusts nothing: each record must be canonical, signed by the
+key that RunOpened declares for its role (or a key pinned with ``--trusted-key``),
+numbered contiguously from 0, chained to its predecessor, and covered by checkpoints
+whose roots are recomputed here. Only events that pass go on to the projections
+(budget, disclosure, scores, safety, ...), which re-derive every recorded decision.
+
+Memory is bounded by the projections' state plus an O(log n) Merkle frontier: the
+records stream through once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from holedger.errors import NotFoundError, SchemaError, VerificationError
+from holedger.ledger.keys import PublicKey
+from holedger.ledger.merkle import MerkleFrontier
+from holedger.ledger.note import parse_checkpoint, verify_note
+from holedger.ledger.records import Record, parse_record
+from holedger.ledger.store import Ledger
+from holedger.replay.report import ReplayReport, ReportBuilder
+from holedger.schemas.events import Checkpoint, Model, RunOpened
+from holedger.schemas.types import ZERO_HASH
+
+# Payload fields that name a blob by its SHA-256; replay re-hashes each one.
+BLOB_FIELDS: dict[str, tuple[str, ...]] = {
+    "TrialCompleted": ("answer_digest", "output_digest", "trace_digest"),
+    "GatewayCall": ("request_digest", "response_digest"),
+    "SafetyViolation": ("evidence_digest",),
+}
+
+CHECKS = (
+    ("records", "every record is canonical JSON with a valid envelope"),
+    ("run", "every record belongs to this run"),
+    ("keys", "RunOpened declares the keys by role"),
+    ("signatures", "every event is signed by its role's declared key"),
+    ("sequence", "seq is contiguous from 0"),
+    ("chain", "every prev_hash is the previous event's hash"),
+    ("schema", "every event type, schema version and payload is known"),
+    ("blobs", "every referenced blob is present and matches its digest"),
+    ("checkpoints", "every checkpoint root and note signature verifies"),
+    ("closed", "the run is closed and its final checkpoint covers every event"),
+)
+
+
+class BlobSource(Protocol):
+    def blob(self, digest: str) -> bytes | None:
+        """The blob's bytes, or None when absent."""
+
+    def redacted(self, digest: str) -> bool:
+        """True when the blob was deliberately left out (a redacted bundle)."""
+
+
+@dataclass
+class ReplayContext:
+    run_id: str
+    opened: RunOpened
+    blobs: BlobSource
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Projection(Protocol):
+    name: str
+
+    def apply(self, rec: Record, payload: Model) -> None: ...
+
+    def finish(self, out: ReportBuilder) -> None: ...
+
+
+ProjectionFactory = Callable[[ReplayContext], Projection]
+
+
+@dataclass
+class TrustSummary:
+    source: str  # "pinned" or "declared"
+    keys: list[str]
+
+
+class _Verifier:
+    """The integrity pass over one run's records."""
+
+    def __init__(
+        self,
+        run_id: str,
+        blobs: BlobSource,
+        trusted: Sequence[PublicKey],
+        factories: Sequence[ProjectionFactory],
+        out: ReportBuilder,
+    ) -> None:
+        self.run_id = run_id
+        self.blobs = blobs
+        self.trusted = list(trusted)
+        self.factories = factories
+        self.out = out
+        self.frontier = MerkleFrontier()
+        self.expected_seq = 0
+        self.prev_hash = ZERO_HASH
+        self.role_keys: dict[str, PublicKey] = {}
+
+        self.projections: list[Projection] = []
+        self.opened: RunOpened | None = None
+        self.events = 0
+        self.last_type: str | None = None
+        self.closed_at: int | None = None
+        self.after_close: list[tuple[int, str]] = []
+        self.final_checkpoint_ok = False
+        self.verified_through = -1
+        self.intact = True
+        self.redacted_blobs = 0
+        for name, detail in CHECKS:
+            out.declare(name, detail)
+
+    # ------------------------------------------------------------ per record
+
+    def feed(self, raw: bytes) -> None:
+        self.events += 1
+        try:
+            rec = parse_record(raw)
+        except VerificationError as exc:
+            self._broken(self.expected_seq, None, exc.message, "records")
+            self.expected_seq += 1
+            return
+        seq, etype = rec.seq, rec.type
+        if rec.run_id != self.run_id:
+            self._broken(seq, etype, f"record belongs to run {rec.run_id}", "run")
+        if seq != self.expected_seq:
+            what = "missing" if seq > self.expected_seq else "repeated or out of order"
+            self._broken(seq, etype, f"expected seq {self.expected_seq} ({what})", "sequence")
+        if rec.prev_hash != self.prev_hash:
+            self._broken(seq, etype, "prev_hash does not match the previous event", "chain")
+        if seq == 0 or (self.opened is None and etype == "RunOpened"):
+            self._open(rec)
+        self._check_signature(rec)
+        payload = self._check_schema(rec)
+        if isinstance(payload, Checkpoint):
+            self._check_checkpoint(rec, payload)  # covers the leaves before its own
+        self.frontier.append(rec.leaf_hash)
+        self.prev_hash = rec.event_hash
+        self.expected_seq = seq + 1
+        if self.closed_at is not None and etype != "Checkpoint":
+            self.after_close.append((seq, etype))
+        if etype == "RunClosed":
+            if self.closed_at is not None:
+                self._broken(seq, etype, "a second RunClosed", "closed")
+            self.closed_at = seq
+        self.last_type = etype
+        if payload is None:
+            return
+        self._check_blobs(rec)
+        if self.intact:
+            self.verified_through = seq
+            for projection in self.projections:
+                projection.apply(rec, payload)
+
+    def _broken(self, seq: int | None, etype: str | None, reason: str, check: str) -> None:
+        self.intact = False
+        self.out.fail(seq, etype, reason, check=check)
+
+    def _open(self, rec: Record) -> None:
+        if rec.type != "RunOpened" or rec.seq != 0:
+            self._broken(rec.seq, rec.type, "the run does not start with RunOpened", "keys")
+            return
+        try:
+            opened = rec.typed_payload()
+        except SchemaError as exc:
+            self._broken(rec.seq, rec.type, exc.message, "keys")
+            return
+        assert isinstance(opened, RunOpened)
+        self.opened = opened
+        declared: dict[str, PublicKey] = {}
+        for role_name, info in opened.keys.items():
+            role: str = role_name
+            key = PublicKey(info.name, _b64(info.public_key))
+            if len(key.raw) != 32 or key.key_id_hex != info.key_id:
+                self._broken(0, rec.type, f"declared {role} key is malformed", "keys")
+                return
+            declared[role] = key
+        if self.trusted:
+            pinned = {(k.name, k.raw) for k in self.trusted}
+            for role, key in declared.items():
+                if (key.name, key.raw) not in pinned:
+                    self._broken(
+                        0,
+                        rec.type,
+                        f"RunOpened declares {role} key {key.name}+{key.key_id_hex}, "
+                        "which is not a trusted key",
+                        "keys",
+                    )
+            self.out.section(
+                "trust", {"source": "pinned", "keys": [k.vkey() for k in self.trusted]}
+            )
+        else:
+            taken = sorted({k.vkey() for k in declared.values()})
+            self.out.section("trust", {"source": "declared (taken on trust)", "keys": taken})
+            self.out.check(
+                "keys",
+                self.out.ok("keys"),
+                "keys taken on trust from RunOpened: "
+                + ", ".join(taken)
+                + " (pin with --trusted-key)",
+            )
+        self.role_keys = declared
+        ctx = ReplayContext(self.run_id, opened, self.blobs)
+        self.projections = [factory(ctx) for factory in self.factories]
+
+    def _check_signature(self, rec: Record) -> None:
+        key = self.role_keys.get(rec.role)
+        if key is None:
+            self._broken(rec.seq, rec.type, f"no key declared for role {rec.role}", "signatures")
+            return
+        if rec.key_id != key.key_id_hex:
+            self._broken(
+                rec.seq, rec.type, f"signed by key {rec.key_id}, not {rec.role}'s", "signatures"
+            )
+            return
+        if not rec.verify_signature(key):
+            self._broken(rec.seq, rec.type, "signature does not verify", "signatures")
+
+    def _check_schema(self, rec: Record) -> Model | None:
+        try:
+            return rec.typed_payload()
+        except SchemaError as exc:
+            self._broken(rec.seq, rec.type, exc.message, "schema")
+            return None
+
+    def _check_checkpoint(self, rec: Record, cp: Checkpoint) -> None:
+        seq, etype = rec.seq, rec.type
+        if rec.role != "server":
+            self._broken(seq, etype, "checkpoint not written by the server role", "checkpoints")
+            return
+        if cp.size != seq:
+            self._broken(seq, etype, f"checkpoint size {cp.size} is not {seq}", "checkpoints")
+            return
+        expected_root = self.frontier.root()
+        if cp.root != expected_root.hex():
+            self._broken(
+                seq, etype, "checkpoint root differs from the recomputed root", "checkpoints"
+            )
+            return
+        server = self.role_keys.get("server")
+        if server is None:
+            return
+        try:
+            note = verify_note(cp.note, server)
+            body = parse_checkpoint(note.text)
+        except VerificationError as exc:
+            self._broken(seq, etype, f"checkpoint note: {exc.message}", "checkpoints")
+            return
+        if body.origin != f"holedger/run/{self.run_id}":
+            self._broken(
+                seq, etype, f"checkpoint origin {body.origin!r} is not this run's", "checkpoints"
+            )
+        elif body.size != cp.size or body.root != expected_root:
+            self._broken(seq, etype, "checkpoint note disagrees with its event", "checkpoints")
+        elif self.closed_at is not None and seq == self.closed_at + 1:
+            self.final_checkpoint_ok = True
+
+    def _check_blobs(self, rec: Record) -> None:
+        for name in BLOB_FIELDS.get(rec.type, ()):
+            digest = rec.payload.get(name)
+            if not digest:
+                continue
+            data = self.blobs.blob(str(digest))
+            if data is None:
+                if self.blobs.redacted(str(digest)):
+                    self.redacted_blobs += 1
+                    continue
+                self._broken(rec.seq, rec.type, f"blob {name} {digest[:12]} is missing", "blobs")
+            elif hashlib.sha256(data).hexdigest() != digest:
+                self._broken(rec.seq, rec.type, f"blob {name} {digest[:12]} was altered", "blobs")
+
+    # ------------------------------------------------------------ the end
+
+    def finish(self) -> None:
+        out = self.out
+        if self.events == 0:
+            out.fail(None, None, "the run has no events", check="records")
+            return
+        if self.opened is None:
+            out.fail(None, None, "no RunOpened: nothing can be trusted", check="keys")
+        if self.closed_at is None:
+            out.fail(
+                None,
+                None,
+                f"the run is not closed: truncated or still open "
+                f"(verified through seq {self.verified_through})",
+                check="closed",
+            )
+        elif self.after_close:
+            seq, etype = self.after_close[0]
+            out.fail(seq, etype, "event after RunClosed", check="closed")
+        elif not (self.final_checkpoint_ok and self.last_type == "Checkpoint"):
+            out.fail(
+                None, None, "no final checkpoint after RunClosed covers the run", check="closed"
+            )
+        if self.redacted_blobs:
+            out.section("redacted", {"blobs": self.redacted_blobs})
+            out.check(
+                "blobs", out.ok("blobs"), f"{self.redacted_blobs} blobs redacted: not checked"
+            )
+        for projection in self.projections:
+            projection.finish(out)
+
+
+def _b64(text: str) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        return b""
+
+
+def verify_records(
+    run_id: str,
+    records: Iterable[bytes],
+    blobs: BlobSource,
+    *,
+    trusted_keys: Sequence[PublicKey] = (),
+    projections: Sequence[ProjectionFactory] | None = None,
+) -> ReplayReport:
+    """Replay one run from its record bytes in stream order."""
+    if projections is None:
+        from holedger.replay.projections import PROJECTIONS
+
+        projections = PROJECTIONS
+    out = ReportBuilder()
+    verifier = _Verifier(run_id, blobs, trusted_keys, projections, out)
+    for raw in records:
+        verifier.feed(raw)
+    verifier.finish()
+    return out.build(run_id, verifier.events)
+
+
+class LedgerBlobs:
+    """Blobs read from the ledger database."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def blob(self, digest: str) -> bytes | None:
+        try:
+            return self.ledger.get_blob(digest)
+        except NotFoundError:
+            return None
+
+    def redacted(self, digest: str) -> bool:
+        return False
+
+
+def replay_run(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    trusted_keys: Sequence[PublicKey] = (),
+    projections: Sequence[ProjectionFactory] | None = None,
+) -> ReplayReport:
+    """Replay a run stored in ``ledger`` (no re-execution of anything)."""
+    if not ledger.has_run(run_id):
+        raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
+    records = (raw for _, raw in ledger.raw_records(run_id))
+    return verify_records(
+        run_id, records, LedgerBlobs(ledger), trusted_keys=trusted_keys, projections=projections
+    )

@@ -1,0 +1,113 @@
+"""The replay report: a verdict, named checks, the first failures, and sections."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+MAX_FAILURES = 50
+
+
+class CheckResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    ok: bool
+    detail: str
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    seq: int | None
+    type: str | None
+    reason: str
+    check: str
+
+
+class ReplayReport(BaseModel):
+    """What ``holedger replay --json`` prints (sections are added by projections)."""
+
+    run_id: str
+    verified: bool
+    events: int
+    checks: list[CheckResult]
+    failures: list[Failure]
+    failures_total: int = 0
+    sections: dict[str, Any] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "run_id": self.run_id,
+            "verified": self.verified,
+            "events": self.events,
+            "checks": [c.model_dump() for c in self.checks],
+            "failures": [f.model_dump() for f in self.failures],
+            "failures_total": self.failures_total,
+        }
+        for name, section in self.sections.items():
+            data.setdefault(name, section)
+        return data
+
+    def failed_checks(self) -> list[str]:
+        return [c.name for c in self.checks if not c.ok]
+
+
+class ReportBuilder:
+    """Collects checks, failures and sections while a run is replayed.
+
+    A check named once stays failed once any failure names it: ``fail`` marks its
+    check failed, ``check`` records an explicit verdict with a detail line.
+    """
+
+    def __init__(self) -> None:
+        self._checks: OrderedDict[str, tuple[bool, str]] = OrderedDict()
+        self._counts: dict[str, int] = {}
+        self.failures: list[Failure] = []
+        self.failures_total = 0
+        self.sections: dict[str, Any] = {}
+
+    def declare(self, name: str, detail: str = "") -> None:
+        """Name a check that passes unless something fails it."""
+        if name not in self._checks:
+            self._checks[name] = (True, detail)
+
+    def check(self, name: str, ok: bool, detail: str) -> None:
+        previous_ok = self._checks.get(name, (True, ""))[0]
+        self._checks[name] = (previous_ok and ok, detail)
+
+    def fail(self, seq: int | None, event_type: str | None, reason: str, *, check: str) -> None:
+        ok, detail = self._checks.get(name := check, (True, ""))
+        self._counts[name] = self._counts.get(name, 0) + 1
+        if ok:
+            detail = reason if seq is None else f"seq {seq}: {reason}"
+        self._checks[name] = (False, detail)
+        self.failures_total += 1
+        if len(self.failures) < MAX_FAILURES:
+            self.failures.append(Failure(seq=seq, type=event_type, reason=reason, check=check))
+
+    def ok(self, name: str) -> bool:
+        return self._checks.get(name, (True, ""))[0]
+
+    def section(self, name: str, data: Any) -> None:
+        self.sections[name] = data
+
+    def build(self, run_id: str, events: int) -> ReplayReport:
+        checks = []
+        for name, (ok, detail) in self._checks.items():
+            count = self._counts.get(name, 0)
+            if count > 1:
+                detail = f"{detail} (and {count - 1} more)"
+            checks.append(CheckResult(name=name, ok=ok, detail=detail))
+        verified = all(c.ok for c in checks)
+        return ReplayReport(
+            run_id=run_id,
+            verified=verified,
+            events=events,
+            checks=checks,
+            failures=self.failures,
+            failures_total=self.failures_total,
+            sections=self.sections,
+        )
