@@ -16,7 +16,10 @@ def print_report(report: ReplayReport) -> None:
     out = console()
     verdict = "[bold green]VERIFIED[/]" if report.verified else "[bold red]FAILED[/]"
     out.print(f"run {report.run_id}: {verdict} ({report.events} events)")
-    rows = [["ok" if c.ok else "FAIL", c.name, c.detail] for c in report.checks]
+    rows = [
+        ["ok" if c.ok else ("FAIL" if c.level == "error" else "WARN"), c.name, c.detail]
+        for c in report.checks
+    ]
     out.print(table("checks", ["", "check", "detail"], rows))
     if report.failures:
         rows = [

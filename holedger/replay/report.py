@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -16,6 +16,7 @@ class CheckResult(BaseModel):
     name: str
     ok: bool
     detail: str
+    level: Literal["error", "warning"] = "error"
 
 
 class Failure(BaseModel):
@@ -44,6 +45,7 @@ class ReplayReport(BaseModel):
             "verified": self.verified,
             "events": self.events,
             "checks": [c.model_dump() for c in self.checks],
+            "warnings": [c.name for c in self.checks if c.level == "warning" and not c.ok],
             "failures": [f.model_dump() for f in self.failures],
             "failures_total": self.failures_total,
         }
@@ -64,6 +66,7 @@ class ReportBuilder:
 
     def __init__(self) -> None:
         self._checks: OrderedDict[str, tuple[bool, str]] = OrderedDict()
+        self._warnings: set[str] = set()
         self._counts: dict[str, int] = {}
         self.failures: list[Failure] = []
         self.failures_total = 0
@@ -88,6 +91,11 @@ class ReportBuilder:
         if len(self.failures) < MAX_FAILURES:
             self.failures.append(Failure(seq=seq, type=event_type, reason=reason, check=check))
 
+    def warn(self, name: str, ok: bool, detail: str) -> None:
+        """A check that is reported but does not change the verdict (e.g. isolation)."""
+        self._warnings.add(name)
+        self.check(name, ok, detail)
+
     def ok(self, name: str) -> bool:
         return self._checks.get(name, (True, ""))[0]
 
@@ -100,8 +108,9 @@ class ReportBuilder:
             count = self._counts.get(name, 0)
             if count > 1:
                 detail = f"{detail} (and {count - 1} more)"
-            checks.append(CheckResult(name=name, ok=ok, detail=detail))
-        verified = all(c.ok for c in checks)
+            level: Literal["error", "warning"] = "warning" if name in self._warnings else "error"
+            checks.append(CheckResult(name=name, ok=ok, detail=detail, level=level))
+        verified = all(c.ok for c in checks if c.level == "error")
         return ReplayReport(
             run_id=run_id,
             verified=verified,

@@ -51,11 +51,11 @@ class SafetyProjection:
             },
         )
         if self.unisolated:
-            out.check(
+            out.warn(
                 "isolation",
                 False,
                 f"{self.unisolated} of {self.trials} trials ran without isolation "
                 "(process backend)",
             )
         elif self.trials:
-            out.check("isolation", True, f"all {self.trials} trials ran in an isolating sandbox")
+            out.warn("isolation", True, f"all {self.trials} trials ran in an isolating sandbox")
