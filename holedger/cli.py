@@ -21,6 +21,7 @@ ROOM_COMMANDS = (
     "holedger.gateway.commands",
     "holedger.sandboxes.commands",
     "holedger.analysis.commands",
+    "holedger.demo.commands",
 )
 
 

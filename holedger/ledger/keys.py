@@ -87,7 +87,7 @@ class PublicKey:
     @classmethod
     def from_vkey(cls, text: str) -> PublicKey:
         """Parse ``name+hexid+base64(0x01||key)``, checking the id against the key."""
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
         if len(parts) != 3:
             raise UsageError(
                 f"not a verifier key: {text.strip()[:60]!r}",
@@ -144,7 +144,7 @@ class SigningKey:
 
     @classmethod
     def from_skey(cls, text: str) -> SigningKey:
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 4)  # the base64 part may itself hold '+'
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
             raise ConfigError("not a holedger private key file", hint="run 'holedger init'")
         _, _, name, hex_id, blob = parts

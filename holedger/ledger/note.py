@@ -204,7 +204,7 @@ AnyVerifier = Ed25519NoteVerifier | CosignatureVerifier
 
 def parse_vkey(text: str) -> AnyVerifier:
     """Parse a verifier key ``name+hex(id)+base64(type || key)`` of type 0x01 or 0x04."""
-    parts = text.strip().split("+")
+    parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
     if len(parts) != 3:
         raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint="name+keyid+base64")
     name, hex_id, blob = parts

@@ -37,7 +37,17 @@ from eventsourcing.utils import Environment
 from eventsourcing_sqlalchemy.datastore import SQLAlchemyDatastore
 from eventsourcing_sqlalchemy.factory import SQLAlchemyFactory
 from pydantic import BaseModel
-from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, select, text
+from sqlalchemy import (
+    Column,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.exc import OperationalError as SAOperationalError
@@ -118,6 +128,12 @@ class HoledgerSQLAlchemyFactory(SQLAlchemyFactory):
         if not url:
             raise ConfigError("no ledger URL configured")
         self.datastore = SQLAlchemyDatastore(url=url, **engine_kwargs(url))
+        # eventsourcing-sqlalchemy 1.0.1's Transaction.__exit__ passes over an
+        # OperationalError raised by COMMIT when it holds this process-local write lock
+        # and the error's first argument is a sqlite3.OperationalError: an append could
+        # then return as if stored. Without the lock that branch cannot be taken, so a
+        # failed commit always raises; SQLite's busy timeout serialises writers anyway.
+        self.datastore.write_lock = None
 
 
 @dataclass(frozen=True)
@@ -293,6 +309,12 @@ class Ledger:
             raise ConfigError(f"cannot open the ledger at {_redact(url)}: {exc.orig}") from exc
         if create_tables:
             _metadata.create_all(self.app.engine, checkfirst=True)
+        elif not inspect(self.app.engine).has_table(self.app.events_table):
+            self.app.close()
+            raise ConfigError(
+                f"the ledger at {_redact(url)} has no holedger tables",
+                hint="run 'holedger init' once with this --ledger URL",
+            )
         self._heads: dict[str, _Head] = {}
         self._lock = threading.RLock()
 
@@ -330,6 +352,9 @@ class Ledger:
                 raise ConfigError(
                     f"no ledger at {db_file}", hint="run 'holedger init' to create the home"
                 )
+        # PostgreSQL: the schema is created once by 'holedger init'; writers never race
+        # on DDL ("tuple concurrently updated" when several create it at once).
+        kwargs.setdefault("create_tables", not settings.ledger_url.startswith("postgresql"))
         return cls.open(settings.ledger_url, key, **kwargs)
 
     @staticmethod
@@ -434,7 +459,9 @@ class Ledger:
                     f"another writer appended to run {run_id} first",
                     hint="re-read the run and decide again",
                 ) from exc
-            except PersistenceError:
+            except (LedgerConflictError, PersistenceError):
+                # The cached head is stale (or the write failed): forget it, so the
+                # caller's retry re-reads the run from the database.
                 self._heads.pop(run_id, None)
                 raise
             self._heads[run_id] = new_head

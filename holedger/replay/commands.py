@@ -32,12 +32,35 @@ def print_report(report: ReplayReport) -> None:
     budget = report.sections.get("budget_table")
     if isinstance(budget, list) and budget:
         out.print(table("budget", list(budget[0].keys()), [list(r.values()) for r in budget]))
+    print_scores(report)
     safety = report.sections.get("safety")
     if isinstance(safety, dict):
         cats = ", ".join(f"{k}: {v}" for k, v in safety.get("by_category", {}).items())
         out.print(
             f"safety: {safety.get('violations', 0)} violations{(' (' + cats + ')') if cats else ''}"
         )
+
+
+def print_scores(report: ReplayReport) -> None:
+    """The recomputed scores and the leakage audit's status, one line each."""
+    out = console()
+    scores = report.sections.get("scores")
+    if isinstance(scores, dict) and scores.get("scored"):
+        beyond = "exceeds" if scores.get("exceeds_band") else "does not exceed"
+        out.print(
+            f"scores: E(H+) {scores.get('e_h_plus')}, E(H0) {scores.get('e_h0')}, "
+            f"g {scores.get('g')} ({beyond} the resolution band {scores.get('resolution_band')})"
+        )
+    leakage = report.sections.get("leakage")
+    if isinstance(leakage, dict):
+        for part in ("audit", "candidate_scan"):
+            info = leakage.get(part)
+            if isinstance(info, dict):
+                found = len(info.get("findings", []))
+                state = (
+                    info.get("reason") if info.get("status") == "skipped" else f"{found} findings"
+                )
+                out.print(f"leakage {part.replace('_', ' ')}: {info.get('status')} ({state})")
 
 
 @click.command("replay")
@@ -49,8 +72,20 @@ def print_report(report: ReplayReport) -> None:
     multiple=True,
     help="A verifier key (name+id+key) or a keyring file; pins the run's keys.",
 )
+@click.option(
+    "--task",
+    "task",
+    default=None,
+    help="A task name or folder for the leakage audit (default: the task the run names).",
+)
 @click.pass_context
-def replay_cmd(ctx: click.Context, run: str, as_json: bool, trusted: tuple[str, ...]) -> None:
+def replay_cmd(
+    ctx: click.Context,
+    run: str,
+    as_json: bool,
+    trusted: tuple[str, ...],
+    task: str | None = None,
+) -> None:
     """Verify RUN from its log: signatures, chain, checkpoints, budgets, disclosures, scores.
 
     Exit 0 verified, 1 verification failed, 2 bad usage or run not found.
@@ -63,7 +98,10 @@ def replay_cmd(ctx: click.Context, run: str, as_json: bool, trusted: tuple[str, 
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
         run_id = ledger.resolve_run(run)
-        report = replay_run(ledger, run_id, trusted_keys=keys)
+        extra: dict[str, object] = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
+        if task:
+            extra["task"] = task
+        report = replay_run(ledger, run_id, trusted_keys=keys, extra=extra)
     finally:
         ledger.close()
     if as_json:
@@ -76,3 +114,6 @@ def replay_cmd(ctx: click.Context, run: str, as_json: bool, trusted: tuple[str, 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
     cli.add_command(replay_cmd)
+    from holedger.replay import bundle_commands
+
+    bundle_commands.register(cli)

@@ -13,9 +13,12 @@ records stream through once.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from holedger.errors import NotFoundError, SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey
@@ -91,8 +94,10 @@ class _Verifier:
         trusted: Sequence[PublicKey],
         factories: Sequence[ProjectionFactory],
         out: ReportBuilder,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         self.run_id = run_id
+        self.extra = dict(extra or {})
         self.blobs = blobs
         self.trusted = list(trusted)
         self.factories = factories
@@ -101,6 +106,7 @@ class _Verifier:
         self.expected_seq = 0
         self.prev_hash = ZERO_HASH
         self.role_keys: dict[str, PublicKey] = {}
+        self.role_verifiers: dict[str, Ed25519PublicKey] = {}
 
         self.projections: list[Projection] = []
         self.opened: RunOpened | None = None
@@ -205,7 +211,7 @@ class _Verifier:
                 + " (pin with --trusted-key)",
             )
         self.role_keys = declared
-        ctx = ReplayContext(self.run_id, opened, self.blobs)
+        ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
         self.projections = [factory(ctx) for factory in self.factories]
 
     def _check_signature(self, rec: Record) -> None:
@@ -218,7 +224,12 @@ class _Verifier:
                 rec.seq, rec.type, f"signed by key {rec.key_id}, not {rec.role}'s", "signatures"
             )
             return
-        if not rec.verify_signature(key):
+        verifier = self.role_verifiers.get(rec.role)
+        if verifier is None:
+            verifier = self.role_verifiers[rec.role] = key.verifier()
+        try:
+            verifier.verify(rec.signature, rec.signed)
+        except InvalidSignature:
             self._broken(rec.seq, rec.type, "signature does not verify", "signatures")
 
     def _check_schema(self, rec: Record) -> Model | None:
@@ -284,11 +295,12 @@ class _Verifier:
         if self.opened is None:
             out.fail(None, None, "no RunOpened: nothing can be trusted", check="keys")
         if self.closed_at is None:
+            # Named at the first seq that is missing: where a truncation would begin.
             out.fail(
+                self.expected_seq,
                 None,
-                None,
-                f"the run is not closed: truncated or still open "
-                f"(verified through seq {self.verified_through})",
+                f"the run ends at seq {self.expected_seq - 1} without RunClosed: "
+                f"truncated or still open (verified through seq {self.verified_through})",
                 check="closed",
             )
         elif self.after_close:
@@ -296,7 +308,10 @@ class _Verifier:
             out.fail(seq, etype, "event after RunClosed", check="closed")
         elif not (self.final_checkpoint_ok and self.last_type == "Checkpoint"):
             out.fail(
-                None, None, "no final checkpoint after RunClosed covers the run", check="closed"
+                self.closed_at + 1,
+                None,
+                "no final checkpoint after RunClosed covers the run",
+                check="closed",
             )
         if self.redacted_blobs:
             out.section("redacted", {"blobs": self.redacted_blobs})
@@ -324,14 +339,19 @@ def verify_records(
     *,
     trusted_keys: Sequence[PublicKey] = (),
     projections: Sequence[ProjectionFactory] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> ReplayReport:
-    """Replay one run from its record bytes in stream order."""
+    """Replay one run from its record bytes in stream order.
+
+    ``extra`` reaches every projection as ``ReplayContext.extra`` (e.g. ``run_repo``, the
+    path of the run's candidate repository, for the leakage scan).
+    """
     if projections is None:
         from holedger.replay.projections import PROJECTIONS
 
         projections = PROJECTIONS
     out = ReportBuilder()
-    verifier = _Verifier(run_id, blobs, trusted_keys, projections, out)
+    verifier = _Verifier(run_id, blobs, trusted_keys, projections, out, extra)
     for raw in records:
         verifier.feed(raw)
     verifier.finish()
@@ -360,11 +380,17 @@ def replay_run(
     *,
     trusted_keys: Sequence[PublicKey] = (),
     projections: Sequence[ProjectionFactory] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> ReplayReport:
     """Replay a run stored in ``ledger`` (no re-execution of anything)."""
     if not ledger.has_run(run_id):
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
     records = (raw for _, raw in ledger.raw_records(run_id))
     return verify_records(
-        run_id, records, LedgerBlobs(ledger), trusted_keys=trusted_keys, projections=projections
+        run_id,
+        records,
+        LedgerBlobs(ledger),
+        trusted_keys=trusted_keys,
+        projections=projections,
+        extra=extra,
     )

@@ -7,7 +7,23 @@ Rooms add theirs by appending a factory to PROJECTIONS.
 
 from __future__ import annotations
 
+from holedger.replay.budget import BudgetProjection
+from holedger.replay.disclosure import DisclosureProjection
 from holedger.replay.engine import ProjectionFactory
+from holedger.replay.leakage import LeakageProjection
+from holedger.replay.protocol import ProtocolProjection
 from holedger.replay.safety import SafetyProjection
+from holedger.replay.scores import ScoresProjection
 
 PROJECTIONS: list[ProjectionFactory] = [SafetyProjection]
+PROJECTIONS += [
+    ProtocolProjection,
+    BudgetProjection,
+    DisclosureProjection,
+    ScoresProjection,
+    LeakageProjection,
+]
+
+from holedger.replay.gateway_checks import GatewayProjection  # noqa: E402
+
+PROJECTIONS.append(GatewayProjection)

@@ -1,9 +1,66 @@
-"""Command-line commands of the sandboxes room."""
+"""Command-line commands of the sandboxes room: ``holedger doctor``, ``holedger sandbox ...``."""
 
 from __future__ import annotations
 
 import click
 
+from holedger.output import console, emit_json, table
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def doctor_cmd(as_json: bool) -> None:
+    """Which sandbox backends work on this machine, and why or why not."""
+    from holedger.sandboxes import AUTOMATIC_ORDER, available_backends
+
+    rows = available_backends()
+    default = next((name for name, ok, _ in rows if ok and name in AUTOMATIC_ORDER), None)
+    if as_json:
+        emit_json(
+            {
+                "backends": [{"name": n, "works": ok, "detail": why} for n, ok, why in rows],
+                "default": default,
+            }
+        )
+        return
+    body = [[name, "yes" if ok else "no", why] for name, ok, why in rows]
+    console().print(table("sandbox backends", ["backend", "works", "detail"], body))
+    if default:
+        click.echo(f"default backend: {default}")
+    else:
+        click.echo("no isolating backend works here; trials need `--sandbox process` (unsafe)")
+
+
+@click.group("sandbox")
+def sandbox_group() -> None:
+    """Sandbox backends: the docker image."""
+
+
+@sandbox_group.command("build-image")
+@click.option("--tag", default=None, help="Image tag (default holedger-sandbox:latest).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def build_image_cmd(tag: str | None, as_json: bool) -> None:
+    """Build the docker backend's image from this interpreter and the harness runtime."""
+    from holedger.sandboxes.image import IMAGE, build_image
+
+    info = build_image(tag or IMAGE)
+    if as_json:
+        emit_json(
+            {
+                "tag": info.tag,
+                "id": info.image_id,
+                "runtime": info.runtime_key,
+                "size_bytes": info.size_bytes,
+            }
+        )
+        return
+    click.echo(
+        f"built {info.tag} ({info.image_id[:19]}, {info.size_bytes // (1 << 20)} MiB, "
+        f"runtime {info.runtime_key})"
+    )
+
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    cli.add_command(doctor_cmd)
+    cli.add_command(sandbox_group)

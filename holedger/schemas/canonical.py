@@ -84,6 +84,13 @@ def _reject_constant(token: str) -> Any:
     raise CanonicalError(f"non-JSON constant {token} in canonical JSON")
 
 
+def _exact_int(token: str) -> int:
+    value = int(token)
+    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise CanonicalError(f"integer {token[:24]} out of the exact JSON range")
+    return value
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
@@ -103,6 +110,7 @@ def parse_json(data: bytes) -> JSONValue:
         return json.loads(
             text,
             parse_float=_reject_float,
+            parse_int=_exact_int,
             parse_constant=_reject_constant,
             object_pairs_hook=_no_duplicates,
         )
@@ -115,7 +123,14 @@ def parse_json(data: bytes) -> JSONValue:
 def parse_canonical(data: bytes) -> JSONValue:
     """Parse bytes that must already be canonical; refuse any other spelling."""
     value = parse_json(data)
-    if canonical_json(value) != data:
+    # parse_json already refused floats, NaN, duplicate names and out-of-range integers,
+    # so re-encoding needs no value walk; a lone surrogate fails the UTF-8 encode.
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        again = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalError("string with a lone surrogate") from exc
+    if again != data:
         raise CanonicalError("bytes are valid JSON but not in canonical form")
     return value
 

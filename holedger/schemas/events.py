@@ -208,6 +208,33 @@ class TrialCompleted(Model):
     gateway_calls: int = Field(ge=0)
 
 
+class GatewayBudgetState(Model):
+    """The target-token budget as one gateway decision saw it (for replay to re-check).
+
+    ``settled_calls`` and ``reservations`` are how many target-scope calls of the run had
+    been settled and reserved when the decision was taken; ``settled`` and ``outstanding``
+    (and their per-trial parts) are the token sums those counts imply.
+    """
+
+    cap: int = Field(ge=0)
+    settled: int = Field(ge=0)
+    outstanding: int = Field(ge=0)
+    settled_calls: int = Field(ge=0)
+    reservations: int = Field(ge=0)
+    trial_cap: int | None = Field(default=None, ge=0)
+    trial_settled: int = Field(default=0, ge=0)
+    trial_outstanding: int = Field(default=0, ge=0)
+
+
+class PresentedToken(Model):
+    """The claims of a token refused where it was presented (a smuggled or dead token)."""
+
+    run_id: str
+    scope: Literal["target", "optimizer"]
+    trial_id: str | None = None
+    state: Literal["live", "expired", "revoked"]
+
+
 class GatewayCall(Model):
     call_id: str
     scope: Literal["target", "optimizer"]
@@ -228,6 +255,12 @@ class GatewayCall(Model):
     latency_ms: int = Field(ge=0)
     request_digest: Sha256Hex | None
     response_digest: Sha256Hex | None
+    endpoint: str = "/v1/chat/completions"
+    code: str | None = None
+    model_reported: str | None = None
+    reservation_index: int | None = Field(default=None, ge=0)
+    budget: GatewayBudgetState | None = None
+    presented: PresentedToken | None = None
 
 
 class DisclosureProjected(Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
@@ -59,10 +60,11 @@ Split = Literal["dev", "val", "test"]
 SearchSplit = Literal["dev", "val"]
 
 
+_LOWER_HEX = re.compile(r"[0-9a-f]*")
+
+
 def _hex(value: Any, length: int) -> str:
-    if not isinstance(value, str) or len(value) != length:
-        raise ValueError(f"expected {length} lower-case hex characters")
-    if any(c not in "0123456789abcdef" for c in value):
+    if not isinstance(value, str) or len(value) != length or not _LOWER_HEX.fullmatch(value):
         raise ValueError(f"expected {length} lower-case hex characters")
     return value
 

@@ -1,9 +1,276 @@
-"""Command-line commands of the server room."""
+"""Command-line commands of the server room.
+
+``holedger run open``, ``holedger candidate commit``, ``holedger eval``,
+``holedger nominate`` and ``holedger serve``. Each works on the home's ledger directly
+(the trusted side); an optimizer in a sandbox uses the HTTP API instead.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import click
+
+from holedger.errors import UsageError
+from holedger.output import emit_json, settings
+
+
+@contextlib.contextmanager
+def _service(ctx: click.Context, workers: int = 2) -> Iterator[Any]:
+    from holedger.ledger.store import Ledger
+    from holedger.server.service import RunService
+
+    cfg = settings(ctx)
+    ledger = Ledger.from_settings(cfg)
+    service = RunService(cfg, ledger, workers=workers)
+    try:
+        yield service
+    finally:
+        service.close()
+        ledger.close()
+
+
+def _json_opt(fn: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+@click.command("open")
+@click.option("--task", "task", required=True, help="Task name or folder.")
+@click.option("--optimizer", default="unnamed", show_default=True, help="Optimizer label.")
+@click.option("--backend", default=None, help="Sandbox backend (bwrap, docker, process).")
+@_json_opt
+@click.pass_context
+def run_open(
+    ctx: click.Context, task: str, optimizer: str, backend: str | None, as_json: bool
+) -> None:
+    """Open a run on TASK: pin the task and its seed baseline, commit the seed.
+
+    The first run of a task also computes the task's seed baseline E(H0) (a baseline run
+    of its own). Prints the run id and the optimizer token (shown once).
+    """
+    with _service(ctx) as service:
+        opened = service.open_run(task, optimizer=optimizer, backend=backend)
+    baseline = opened.seed_baseline
+    data = {
+        "run_id": opened.run_id,
+        "task_id": opened.task_id,
+        "seed": opened.seed_commit,
+        "backend": opened.backend,
+        "optimizer_token": opened.optimizer_token,
+        "seed_baseline": None if baseline is None else baseline.model_dump(mode="json"),
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"run      {opened.run_id}")
+    click.echo(f"task     {opened.task_id}")
+    click.echo(f"seed     {opened.seed_commit}")
+    if baseline is not None:
+        e0 = data["seed_baseline"]["e_h0"]
+        click.echo(f"E(H0)    {e0} (K={baseline.k}, baseline run {baseline.baseline_run_id})")
+    click.echo(f"token    {opened.optimizer_token}")
+
+
+@click.group("candidate")
+def candidate_group() -> None:
+    """Candidate harnesses of a run."""
+
+
+@candidate_group.command("commit")
+@click.argument("run")
+@click.argument("path", type=click.Path(exists=True, file_okay=True, path_type=Path))
+@click.option("--parent", default=None, help="Parent candidate (default: the seed).")
+@_json_opt
+@click.pass_context
+def candidate_commit(
+    ctx: click.Context, run: str, path: Path, parent: str | None, as_json: bool
+) -> None:
+    """Commit the candidate folder (or .tar/.tar.gz) PATH into RUN."""
+    from holedger.server.candidates import read_tar
+
+    with _service(ctx) as service:
+        run_id = service.ledger.resolve_run(run)
+        source: Any = path
+        if path.is_file():
+            source = read_tar(path.read_bytes(), service.tree_limits)
+        result = service.commit_candidate(run_id, source, parent)
+    data = {
+        "run_id": run_id,
+        "candidate": result.candidate,
+        "index": result.index,
+        "parent": result.parent,
+        "changed_paths": result.changed_paths,
+        "created": result.created,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    verb = "committed" if result.created else "already committed"
+    click.echo(
+        f"{verb} candidate {result.index}: {result.candidate} "
+        f"({len(result.changed_paths)} changed paths)"
+    )
+
+
+@click.command("eval")
+@click.argument("run")
+@click.argument("candidate")
+@click.option("--split", type=click.Choice(["dev", "val", "test"]), required=True)
+@click.option("--cases", default=None, help="Comma-separated case ids (default: the split).")
+@click.option("--attempts", type=int, default=1, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@_json_opt
+@click.pass_context
+def eval_cmd(
+    ctx: click.Context,
+    run: str,
+    candidate: str,
+    split: str,
+    cases: str | None,
+    attempts: int,
+    workers: int,
+    as_json: bool,
+) -> None:
+    """Evaluate CANDIDATE (commit prefix or "seed") of RUN on dev or val cases."""
+    case_ids = [c.strip() for c in cases.split(",") if c.strip()] if cases else None
+    if cases is not None and not case_ids:
+        raise UsageError("--cases is empty")
+    with _service(ctx, workers) as service:
+        run_id = service.ledger.resolve_run(run)
+        result = service.evaluate(run_id, candidate, split, case_ids, attempts)
+    data = {
+        "run_id": run_id,
+        "request_id": result.request_id,
+        "candidate": result.candidate,
+        "split": result.split,
+        "policy": result.policy,
+        "projection": result.projection,
+        "projection_digest": result.projection_digest,
+        "cost": result.cost,
+        "budget_used": result.budget_after,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"request {result.request_id} accepted ({result.policy})")
+    body = result.projection
+    if result.policy == "aggregate":
+        click.echo(f"mean {body['mean']} over {body['cases']} cases, {body['trials']} trials")
+    else:
+        for case_id, entry in body["cases"].items():
+            click.echo(f"  {case_id}  mean {entry['mean']}")
+    used = result.budget_after[split]
+    click.echo(f"{split} budget used: {used['calls']} calls, {used['case_passes']} case-passes")
+
+
+@click.command("nominate")
+@click.argument("run")
+@click.argument("candidate")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@_json_opt
+@click.pass_context
+def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_json: bool) -> None:
+    """Nominate CANDIDATE of RUN (once), score it on the held-out test split, close RUN."""
+    with _service(ctx, workers) as service:
+        run_id = service.ledger.resolve_run(run)
+        scored = service.nominate(run_id, candidate)
+    data = scored.as_json()
+    if as_json:
+        emit_json(data)
+        return
+    g = data["g"] if data["g"] is not None else "undefined (E(H0) = 1)"
+    click.echo(f"nominated {scored.candidate}; run {run_id} closed")
+    click.echo(f"E(H+) {data['e_h_plus']}  E(H0) {data['e_h0']}  g {g}  (K={scored.k})")
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8470, show_default=True)
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also serve the API on this unix socket.",
+)
+@click.option("--gateway-port", type=click.IntRange(0, 65535), default=8471, show_default=True)
+@click.option(
+    "--gateway-socket",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also serve the gateway on this unix socket.",
+)
+@click.option("--no-tcp", is_flag=True, help="Listen on the unix sockets only.")
+@click.option("--backend", default=None, help="Default sandbox backend of runs.")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@_json_opt
+@click.pass_context
+def serve_cmd(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    socket_path: Path | None,
+    gateway_port: int,
+    gateway_socket: Path | None,
+    no_tcp: bool,
+    backend: str | None,
+    workers: int,
+    as_json: bool,
+) -> None:
+    """Serve the optimizer API and the model gateway until interrupted."""
+    import json
+    import signal
+    import threading
+
+    from holedger.ledger.store import Ledger
+    from holedger.server.serve import start_server
+
+    if no_tcp and (socket_path is None or gateway_socket is None):
+        raise UsageError("--no-tcp needs --socket and --gateway-socket")
+    cfg = settings(ctx)
+    ledger = Ledger.from_settings(cfg)
+    running = start_server(
+        cfg,
+        ledger,
+        host=host,
+        port=None if no_tcp else port,
+        socket=socket_path,
+        gateway_port=None if no_tcp else gateway_port,
+        gateway_socket=gateway_socket,
+        workers=workers,
+        backend=backend,
+    )
+    urls = running.urls
+    if as_json:
+        click.echo(json.dumps(urls))
+    else:
+        for url in urls["api"]:
+            click.echo(f"api      {url}")
+        for url in urls["gateway"]:
+            click.echo(f"gateway  {url}")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        stop.wait()
+    finally:
+        running.stop()
+        ledger.close()
 
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    run_group = cli.commands.get("run")
+    if isinstance(run_group, click.Group):
+        run_group.add_command(run_open)
+    else:
+        group = click.Group("run", help="Runs.")
+        group.add_command(run_open)
+        cli.add_command(group)
+    cli.add_command(candidate_group)
+    cli.add_command(eval_cmd)
+    cli.add_command(nominate_cmd)
+    cli.add_command(serve_cmd)

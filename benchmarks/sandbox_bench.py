@@ -1,0 +1,77 @@
+"""Start-to-exit overhead of each sandbox backend: ``python3 -c pass``, median of 20 runs.
+
+Bare python (the same interpreter, as a plain child process) is measured in the same run,
+interleaved with the backends, so machine load affects every column alike. Prints the
+figures, the overhead over bare and the ratio, next to the targets (bwrap <= 15 ms over
+bare, docker <= 400 ms). Asserts nothing.
+
+    python benchmarks/sandbox_bench.py [--runs 20] [--backends bwrap,docker,process]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from holedger.sandboxes import BACKEND_NAMES, _make
+from holedger.sandboxes.runtime import host_interpreter
+from holedger.sandboxes.spec import Limits, SandboxSpec
+
+TARGET_OVER_BARE_MS = {"bwrap": 15.0, "docker": 400.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--backends", default=",".join(BACKEND_NAMES))
+    args = parser.parse_args()
+
+    exe = str(host_interpreter().executable)
+    backends = []
+    for name in args.backends.split(","):
+        backend = _make(name)
+        ok, why = backend.available()
+        if ok:
+            backends.append(backend)
+        else:
+            print(f"# {name}: skipped ({why})")
+
+    with tempfile.TemporaryDirectory() as code:
+        spec = SandboxSpec(
+            code_dir=Path(code), argv=["python3", "-c", "pass"], limits=Limits(wall_s=30)
+        )
+        samples: dict[str, list[float]] = {"bare": [], **{b.name: [] for b in backends}}
+
+        def bare() -> None:
+            subprocess.run([exe, "-c", "pass"], check=True)
+
+        runners = [("bare", bare)] + [(b.name, lambda b=b: b.run(spec)) for b in backends]
+        for _ in range(args.warmup):
+            for _, fn in runners:
+                fn()
+        for _ in range(args.runs):
+            for name, fn in runners:
+                start = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - start) * 1000)
+
+    base = statistics.median(samples["bare"])
+    print(f"python3 -c pass, median of {args.runs} runs ({sys.version.split()[0]})")
+    print(f"{'backend':<9} {'median ms':>10} {'over bare':>10} {'ratio':>7} {'target':>16}")
+    for name, values in samples.items():
+        med = statistics.median(values)
+        target = TARGET_OVER_BARE_MS.get(name)
+        verdict = ""
+        if target is not None:
+            verdict = f"<= {target:g} ms: {'met' if med - base <= target else 'MISSED'}"
+        print(f"{name:<9} {med:>10.1f} {med - base:>+10.1f} {med / base:>6.2f}x {verdict:>16}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""`holedger demo`: a complete, offline, verified optimization run on the bundled task."""

@@ -1,0 +1,73 @@
+"""`holedger demo` and `holedger report RUN`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from holedger.output import console, emit_json, settings
+
+
+@click.command("report")
+@click.argument("run")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the page (default: HOME/reports/RUN_ID.html).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool) -> None:
+    """Write a self-contained HTML report of RUN: verdict, budget, candidates, scores, safety.
+
+    The page loads nothing from anywhere (inline CSS and SVG, no script). Exit 0 when the
+    run verifies, 1 when it does not (the page is written either way).
+    """
+    from holedger.demo.report import render_run_report
+
+    cfg = settings(ctx)
+    result = render_run_report(cfg, run, output)
+    if as_json:
+        emit_json(
+            {"run_id": result.run_id, "report": str(result.path), "verified": result.verified}
+        )
+    else:
+        state = "[green]verified[/]" if result.verified else "[bold red]FAILED verification[/]"
+        console().print(f"run {result.run_id}: {state}; report written to {result.path}")
+    sys.exit(0 if result.verified else 1)
+
+
+@click.command("demo")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@click.option(
+    "--backend",
+    default=None,
+    help="Sandbox backend: bwrap, docker or process (default: the strongest available).",
+)
+@click.pass_context
+def demo_cmd(ctx: click.Context, as_json: bool, backend: str | None) -> None:
+    """Run a complete, offline, verified optimization run on the bundled task and show it.
+
+    Creates the home if needed, pins the seed baseline (first time only), opens a run,
+    runs the example optimizer in its own sandbox against the optimizer API, scores the
+    nominated candidate on the held-out split, closes, replays and writes an HTML report.
+    Exit 0 when the run verifies and g is above the resolution band, 1 otherwise.
+    """
+    from holedger.demo.run import run_demo
+
+    cfg = settings(ctx)
+    summary = run_demo(cfg, backend=backend, as_json=as_json)
+    if as_json:
+        emit_json(summary.to_json())
+    sys.exit(0 if summary.ok else 1)
+
+
+def register(cli: click.Group) -> None:
+    """Add this room's commands to the `holedger` group."""
+    cli.add_command(demo_cmd)
+    cli.add_command(report_cmd)

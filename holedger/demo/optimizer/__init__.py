@@ -1,0 +1,1 @@
+"""The example optimizer (a standalone, standard-library-only program: optimizer.py)."""

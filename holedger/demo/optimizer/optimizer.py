@@ -1,0 +1,312 @@
+"""The example optimizer: greedy search over prepared candidate edits, through the HTTP API.
+
+This program runs inside its own sandbox, where holedger itself is not installed: it uses
+only the Python standard library and talks to the trusted server's optimizer API (and
+nothing else; it never sees the ledger, the keys or the held-out split). Its plan:
+
+1. read the run (dev case ids and inputs, val case ids, budget);
+2. evaluate the seed harness on a fixed dev subset;
+3. for each prepared edit in order: apply it on top of the best tree so far, commit the
+   result as a candidate, evaluate it on the same dev subset, and keep it when its dev
+   mean is not below the best so far (the edits are meant to stack);
+4. evaluate the seed, the best few kept candidates and the final tree on val, where only
+   the aggregate mean is disclosed;
+5. nominate the candidate with the best val mean (the server then scores it on the
+   held-out test split, which this program never sees).
+
+Every response it receives is written as one JSON line on stdout (its log of what it
+saw); progress for people goes to stderr. Configuration comes from the environment:
+HOLEDGER_API_URL (the optimizer API's base URL) and HOLEDGER_API_TOKEN (the run-scoped
+optimizer token), and from the command line (the edits folder and the seed tree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import sys
+import time
+import tomllib
+import urllib.parse
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+LABEL = "holedger-example-optimizer"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+class Api:
+    """A small JSON-over-HTTP client for the optimizer API; logs every response."""
+
+    def __init__(self, base_url: str, token: str, log: Any) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.prefix = parts.path.rstrip("/")
+        self.token = token
+        self.log = log
+
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 900) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"authorization": f"Bearer {self.token}", "accept": "application/json"}
+        if data is not None:
+            headers["content-type"] = "application/json"
+        for attempt in range(5):
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            try:
+                conn.request(method, self.prefix + path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+                status = resp.status
+            except (ConnectionError, http.client.HTTPException, TimeoutError) as exc:
+                if attempt == 4:
+                    raise
+                say(f"connection problem ({exc}); retrying")
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            finally:
+                conn.close()
+            try:
+                parsed: Any = json.loads(raw) if raw else None
+            except ValueError:
+                parsed = raw.decode("utf-8", "replace")
+            self.log.write(
+                json.dumps(
+                    {"method": method, "path": path, "status": status, "body": parsed},
+                    sort_keys=True,
+                )
+                + "\n"
+            )
+            self.log.flush()
+            if status >= 400:
+                raise ApiError(status, parsed)
+            return parsed
+        raise RuntimeError("unreachable")
+
+
+def say(text: str) -> None:
+    print(f"optimizer: {text}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- edits
+
+
+@dataclass
+class Edit:
+    name: str
+    description: str
+    lever: str
+    replacements: list[tuple[str, str, str]]
+    files: dict[str, str]
+
+    def apply(self, tree: dict[str, str]) -> dict[str, str] | None:
+        """The tree with this edit applied, or None when it does not apply cleanly."""
+        out = dict(tree)
+        for path, old, new in self.replacements:
+            text = out.get(path)
+            if text is None or text.count(old) != 1:
+                return None
+            out[path] = text.replace(old, new)
+        out.update(self.files)
+        return out
+
+
+def load_edits(folder: Path) -> list[Edit]:
+    """``NN-name/edit.toml`` files: description, lever, [[replace]] {path, old, new}."""
+    edits = []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        spec_file = sub / "edit.toml"
+        if not spec_file.is_file():
+            continue
+        spec = tomllib.loads(spec_file.read_text(encoding="utf-8"))
+        repl = [(b["path"], b["old"], b["new"]) for b in spec.get("replace", [])]
+        files = {}
+        files_dir = sub / "files"
+        if files_dir.is_dir():
+            for source in sorted(files_dir.rglob("*")):
+                if source.is_file():
+                    files[source.relative_to(files_dir).as_posix()] = source.read_text("utf-8")
+        edits.append(
+            Edit(
+                sub.name, str(spec.get("description", "")), str(spec.get("lever", "?")), repl, files
+            )
+        )
+    return edits
+
+
+def read_tree(root: Path) -> dict[str, str]:
+    """Every text file under ``root`` (skipping caches), by relative POSIX path."""
+    tree = {}
+    for path in sorted(root.rglob("*")):
+        rel = PurePosixPath(path.relative_to(root).as_posix())
+        if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc":
+            tree[str(rel)] = path.read_text(encoding="utf-8")
+    return tree
+
+
+# --------------------------------------------------------------------------- search
+
+
+@dataclass
+class Candidate:
+    commit: str
+    label: str
+    tree: dict[str, str]
+    dev: Fraction | None = None
+    val: Fraction | None = None
+    history: list[str] = field(default_factory=list)
+
+
+def frac(value: Any) -> Fraction:
+    return Fraction(str(value))
+
+
+def dev_mean(projection: dict[str, Any]) -> Fraction:
+    """The mean over cases of the per-case dev means a projection discloses."""
+    body = projection.get("projection", projection)
+    cases = body.get("cases")
+    if not isinstance(cases, dict) or not cases:
+        raise ValueError(f"no per-case results in projection {body}")
+    means = [frac(item["mean"]) for item in cases.values()]
+    return sum(means, Fraction(0)) / len(means)
+
+
+def val_mean(projection: dict[str, Any]) -> Fraction:
+    body = projection.get("projection", projection)
+    return frac(body["mean"])
+
+
+def dev_key(cand: Candidate) -> Fraction:
+    return cand.dev if cand.dev is not None else Fraction(-1)
+
+
+class Optimizer:
+    def __init__(
+        self,
+        api: Api,
+        edits: list[Edit],
+        seed_tree: dict[str, str],
+        *,
+        dev_cases: int = 8,
+        val_cases: int = 20,
+        finalists: int = 2,
+    ) -> None:
+        self.api = api
+        self.edits = edits
+        self.seed_tree = seed_tree
+        self.dev_cases = dev_cases
+        self.val_cases = val_cases
+        self.finalists = finalists
+
+    def run_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = self.api.call("GET", "")
+        return info
+
+    def commit(self, tree: dict[str, str], parent: str, label: str) -> Candidate:
+        reply = self.api.call("POST", "/candidates", {"files": tree, "parent": parent})
+        return Candidate(str(reply["candidate"]), label, tree)
+
+    def evaluate(self, cand: Candidate, split: str, cases: list[str]) -> dict[str, Any]:
+        body = {"candidate": cand.commit, "split": split, "case_ids": cases, "attempts": 1}
+        reply: dict[str, Any] = self.api.call("POST", "/evaluations", body)
+        return reply
+
+    def search(self) -> Candidate:
+        info = self.run_info()
+        dev_ids = [str(c) for c in info["dev"]["case_ids"]]
+        val_ids = [str(c) for c in info["val"]["case_ids"]]
+        left = info["budget_remaining"]
+        evaluations = 1 + len(self.edits)
+        # The same dev subset for every candidate, as large as the budget allows.
+        room = frac(left["dev"]["case_passes"]) * len(dev_ids) / evaluations
+        per_eval = min(self.dev_cases, len(dev_ids), int(room))
+        if per_eval < 1 or int(left["dev"]["calls"]) < evaluations:
+            raise SystemExit("optimizer: the dev budget is too small for this plan")
+        subset = dev_ids[:per_eval]
+        say(f"dev subset: {len(subset)} of {len(dev_ids)} cases; {len(self.edits)} edits to try")
+
+        seed = Candidate(str(info["seed"]), "seed", self.seed_tree)
+        seed.dev = dev_mean(self.evaluate(seed, "dev", subset))
+        say(f"seed: dev mean {float(seed.dev):.3f}")
+        best = seed
+        kept: list[Candidate] = [seed]
+        for edit in self.edits:
+            tree = edit.apply(best.tree)
+            if tree is None:
+                say(f"{edit.name}: does not apply to the current best; skipped")
+                continue
+            label = f"{best.label}+{edit.name}" if best is not seed else edit.name
+            cand = self.commit(tree, best.commit, label)
+            cand.history = [*best.history, edit.name]
+            cand.dev = dev_mean(self.evaluate(cand, "dev", subset))
+            assert best.dev is not None
+            keep = cand.dev >= best.dev
+            say(
+                f"{edit.name} ({edit.lever}): dev mean {float(cand.dev):.3f} "
+                f"vs best {float(best.dev):.3f}: {'kept' if keep else 'dropped'}"
+            )
+            if keep:
+                best = cand
+                kept.append(cand)
+
+        # Val (aggregate mean only): the final tree and the best earlier kept ones.
+        left = self.run_info()["budget_remaining"]["val"]
+        val_room = frac(left["case_passes"]) * len(val_ids)
+        per_val = min(self.val_cases, len(val_ids), int(val_room))
+        n_val = min(self.finalists, int(left["calls"]), int(val_room // max(per_val, 1)))
+        earlier = sorted((c for c in kept if c is not best), key=dev_key, reverse=True)
+        finalists = [best, *earlier][: max(n_val, 1)]
+        val_subset = val_ids[:per_val]
+        for cand in finalists:
+            cand.val = val_mean(self.evaluate(cand, "val", val_subset))
+            say(f"{cand.label}: val mean {float(cand.val):.3f} on {len(val_subset)} cases")
+        winner = max(finalists, key=lambda c: (c.val or Fraction(0), dev_key(c)))
+        say(f"nominating {winner.label} ({winner.commit[:12]}); the server scores it on test")
+        self.api.call("POST", "/nomination", {"candidate": winner.commit})
+        return winner
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = Path(__file__).resolve().parent
+    parser.add_argument("--edits", type=Path, default=here / "edits")
+    parser.add_argument("--seed", type=Path, default=here / "seed")
+    parser.add_argument("--api", default=os.environ.get("HOLEDGER_API_URL", ""))
+    parser.add_argument("--dev-cases", type=int, default=8, help="dev cases per evaluation")
+    parser.add_argument("--val-cases", type=int, default=20, help="val cases per evaluation")
+    parser.add_argument("--finalists", type=int, default=2, help="candidates evaluated on val")
+    args = parser.parse_args(argv)
+    token = os.environ.get("HOLEDGER_API_TOKEN", "")
+    if not args.api or not token:
+        say("set HOLEDGER_API_URL and HOLEDGER_API_TOKEN")
+        return 2
+    api = Api(args.api, token, sys.stdout)
+    optimizer = Optimizer(
+        api,
+        load_edits(args.edits),
+        read_tree(args.seed),
+        dev_cases=args.dev_cases,
+        val_cases=args.val_cases,
+        finalists=args.finalists,
+    )
+    try:
+        winner = optimizer.search()
+    except ApiError as exc:
+        say(f"the server refused: {exc}")
+        return 1
+    say(f"done: nominated {winner.commit}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Replaying a run as ``holedger replay`` does, and writing its HTML page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from holedger.config import Settings
+from holedger.ledger.store import Ledger
+from holedger.replay.engine import replay_run
+from holedger.replay.html import write_report
+from holedger.replay.report import ReplayReport
+
+
+@dataclass(frozen=True)
+class RenderedReport:
+    run_id: str
+    path: Path
+    verified: bool
+    report: ReplayReport
+
+
+def replay_in_home(cfg: Settings, ledger: Ledger, run_id: str) -> ReplayReport:
+    """Replay with the home's run repository, so the candidate leakage scan can run."""
+    extra = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
+    return replay_run(ledger, run_id, extra=extra)
+
+
+def default_report_path(cfg: Settings, run_id: str) -> Path:
+    return cfg.reports_dir / f"{run_id}.html"
+
+
+def render_run_report(cfg: Settings, run: str, output: Path | None = None) -> RenderedReport:
+    """Replay ``run`` (an id or a unique prefix) and write its page; the page is written
+    whether or not the run verifies (it then says what failed)."""
+    ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    try:
+        run_id = ledger.resolve_run(run)
+        report = replay_in_home(cfg, ledger, run_id)
+        path = write_report(ledger, run_id, report, output or default_report_path(cfg, run_id))
+    finally:
+        ledger.close()
+    return RenderedReport(run_id, path.absolute(), report.verified, report)

@@ -1,0 +1,452 @@
+"""`holedger demo`: one complete, offline, verified optimization run on the bundled task.
+
+The steps, all in this process except the optimizer and the trials:
+
+1. create the home if needed (operator key, SQLite ledger);
+2. start the trusted server's optimizer API and the model gateway in-process, each on a
+   unix socket in a private temporary folder (nothing listens on TCP);
+3. make sure the task's seed baseline E(H0) is pinned (the first time, a baseline run of
+   its own scores the seed harness on the held-out split, K times per case);
+4. open a run; run the example optimizer (a standard-library-only program) in its own
+   sandbox, which reaches only the API and its gateway scope, through relays;
+5. while it works, follow the run's events in the ledger and show progress; when it
+   nominates, the server scores the nominee on the held-out split and closes the run;
+6. replay the run from its log, write the HTML report, and print the summary.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from holedger.config import Settings
+from holedger.errors import SandboxError
+from holedger.ledger.store import Ledger
+from holedger.replay.html import write_report
+from holedger.replay.report import ReplayReport
+from holedger.sandboxes import get_backend
+from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
+
+DEMO_TASK = "officeqa-lite"
+OPTIMIZER_LABEL = "holedger-example-optimizer"
+API_PORT = 8470  # inside the optimizer's sandbox: 127.0.0.1:8470 -> the API's socket
+GATEWAY_PORT = 8471  # inside the optimizer's sandbox: its gateway scope
+OPTIMIZER_SOURCE = Path(__file__).resolve().parent / "optimizer" / "optimizer.py"
+OPTIMIZER_LIMITS = Limits(wall_s=1800.0, memory_mb=512, pids=64, output_bytes=8 << 20)
+POLL_S = 0.25
+T = TypeVar("T")
+
+
+@dataclass
+class DemoSummary:
+    """What `holedger demo` reports (``to_json`` is the ``--json`` object)."""
+
+    run_id: str
+    verified: bool
+    test_score: Fraction | None
+    seed_score: Fraction | None
+    g: Fraction | None
+    resolution_band: Fraction | None
+    backend: str
+    isolation: str
+    report: Path
+    budget: dict[str, dict[str, Any]]
+    seconds: float
+    replay_command: str
+    optimizer_log: Path
+    optimizer_exit: int | None
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def above_band(self) -> bool:
+        return (
+            self.g is not None
+            and self.resolution_band is not None
+            and self.g > self.resolution_band
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.verified and self.above_band
+
+    def to_json(self) -> dict[str, Any]:
+        def exact(v: Fraction | None) -> str | None:
+            return None if v is None else _rational(v)
+
+        return {
+            "run_id": self.run_id,
+            "verified": self.verified,
+            "test_score": exact(self.test_score),
+            "seed_score": exact(self.seed_score),
+            "g": exact(self.g),
+            "resolution_band": exact(self.resolution_band),
+            "above_band": self.above_band,
+            "backend": self.backend,
+            "isolation": self.isolation,
+            "report": str(self.report),
+            "budget": self.budget,
+            "seconds": round(self.seconds, 1),
+            "replay_command": self.replay_command,
+            "optimizer_log": str(self.optimizer_log),
+            "optimizer_exit": self.optimizer_exit,
+        }
+
+
+def _rational(value: Fraction) -> str:
+    from holedger.schemas.canonical import rational_to_str
+
+    return rational_to_str(value)
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def choose_backend(name: str | None, say: Callable[[str], None]) -> Backend:
+    """The named backend, or the strongest isolating one; ``process`` only as a loud last
+    resort (trials and the optimizer then run unisolated, and replay says so)."""
+    if name is not None:
+        backend = get_backend(name)
+    else:
+        try:
+            backend = get_backend(None)
+        except SandboxError as exc:
+            say(f"[bold red]WARNING[/]: {exc.message}")
+            backend = get_backend("process")
+    if backend.name == "process":
+        say(
+            "[bold red]WARNING: sandbox backend 'process' gives NO isolation: the optimizer "
+            "and every trial run as ordinary processes on this machine. Replay flags each "
+            "unisolated trial.[/]"
+        )
+    return backend
+
+
+def prepare_optimizer_dir(root: Path, seed_dir: Path, edits_dir: Path) -> Path:
+    """The optimizer's read-only tree: the program, the seed harness, the prepared edits."""
+    opt = root / "optimizer"
+    opt.mkdir()
+    shutil.copyfile(OPTIMIZER_SOURCE, opt / "optimizer.py")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(seed_dir, opt / "seed", ignore=ignore)
+    if edits_dir.is_dir():
+        shutil.copytree(edits_dir, opt / "edits", ignore=ignore)
+    else:
+        (opt / "edits").mkdir()
+    for path in [opt, *opt.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return opt
+
+
+def parse_log(stdout: bytes) -> list[dict[str, Any]]:
+    """The optimizer's log: one JSON object per line of its stdout (other lines skipped)."""
+    entries = []
+    for line in stdout.decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+    return entries
+
+
+def replay_command(cfg: Settings, run_id: str) -> str:
+    parts = ["holedger"]
+    if cfg.home != Settings.resolve(".holedger").home:
+        parts += ["--home", _quote(str(cfg.home))]
+    if cfg.ledger_url != Settings.resolve(cfg.home).ledger_url:
+        parts += ["--ledger", _quote(cfg.ledger_url)]
+    parts += ["replay", run_id]
+    return " ".join(parts)
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+class RunFollower:
+    """Follows runs in the ledger from the main thread and counts what happened."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.after: dict[str, int] = {}
+        self.counts: dict[str, dict[str, int]] = {}
+        self.nominated: dict[str, bool] = {}
+        self.known = set(ledger.run_ids())
+
+    def new_runs(self) -> list[str]:
+        ids = [r for r in self.ledger.run_ids() if r not in self.known]
+        return ids
+
+    def poll(self, run_id: str) -> dict[str, int]:
+        counts = self.counts.setdefault(run_id, {})
+        after = self.after.get(run_id, -1)
+        for rec in self.ledger.records(run_id, after_seq=after):
+            after = rec.seq
+            key = rec.type
+            if rec.type == "TrialCompleted" and rec.payload.get("split") == "test":
+                key = "HeldOutTrial"
+            elif rec.type == "EvaluationRequested" and rec.payload.get("split") == "test":
+                key = "HeldOutRequest"
+            counts[key] = counts.get(key, 0) + 1
+        self.after[run_id] = after
+        return counts
+
+
+def _wait(
+    future: concurrent.futures.Future[T], tick: Callable[[], None], poll_s: float = POLL_S
+) -> T:
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except concurrent.futures.TimeoutError:
+            tick()
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+def run_demo(
+    cfg: Settings,
+    *,
+    backend: str | None = None,
+    as_json: bool = False,
+    task: str = DEMO_TASK,
+    workers: int = 2,
+) -> DemoSummary:
+    """Run the whole demo; progress on stderr, the human summary on stdout (not with
+    ``as_json``: then the caller prints ``to_json()``)."""
+    from holedger.demo.report import replay_in_home
+    from holedger.server.serve import start_server
+
+    started = time.monotonic()
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False)
+
+    def say(text: str) -> None:
+        err.print(text)
+
+    chosen = choose_backend(backend, say)
+    if not cfg.key_path.exists():
+        Ledger.init_home(cfg)
+        say(f"created the home {cfg.home}")
+    ledger = Ledger.from_settings(cfg)
+    reader = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    private = Path(tempfile.mkdtemp(prefix="holedger-demo-"))
+    private.chmod(0o711)
+    api_sock, gw_sock = private / "api.sock", private / "gateway.sock"
+    server = start_server(
+        cfg,
+        ledger,
+        host=None,
+        port=None,
+        socket=api_sock,
+        gateway_port=None,
+        gateway_socket=gw_sock,
+        workers=workers,
+        backend=chosen.name,
+    )
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="demo")
+    try:
+        service = server.service
+        server_task = service.task(task)
+        terms = server_task.terms
+        say(
+            f"holedger demo: task [bold]{terms.task_id}[/] "
+            f"({terms.split_sizes.get('dev')}/{terms.split_sizes.get('val')}/"
+            f"{terms.split_sizes.get('test')} dev/val/test cases, model {server_task.model}, "
+            "an offline simulator); "
+            f"sandbox [bold]{chosen.name}[/]"
+        )
+        follower = RunFollower(reader)
+        test_trials = terms.split_sizes.get("test", 0) * terms.k
+        progress = Progress(
+            TextColumn("{task.description:<34}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        with progress:
+            # 1. the pinned seed baseline (computed once per task)
+            if not service.baseline_path(server_task).exists():
+                bar = progress.add_task("seed baseline: held-out trials", total=test_trials)
+                fut = pool.submit(service.ensure_baseline, task, backend=chosen.name)
+
+                def tick_baseline() -> None:
+                    done = 0
+                    for rid in follower.new_runs():
+                        done += follower.poll(rid).get("HeldOutTrial", 0)
+                    progress.update(bar, completed=done)
+
+                baseline = _wait(fut, tick_baseline)
+                progress.update(bar, completed=test_trials)
+            else:
+                baseline = service.ensure_baseline(task, backend=chosen.name)
+            say(f"seed baseline E(H0) = {float(baseline.e_h0):.3f} (pinned)")
+
+            # 2. the run, and the optimizer in its own sandbox
+            opened = service.open_run(task, optimizer=OPTIMIZER_LABEL, backend=chosen.name)
+            run_id = opened.run_id
+            follower.known.add(run_id)
+            say(f"opened run {run_id}")
+            seed_dir = server_task.seed_dir
+            opt_dir = prepare_optimizer_dir(private, seed_dir, seed_dir.parent / "edits")
+            n_edits = sum(1 for p in (opt_dir / "edits").iterdir() if p.is_dir())
+            spec = SandboxSpec(
+                code_dir=opt_dir,
+                argv=["python3", "optimizer.py", "--edits", "edits", "--seed", "seed"],
+                env={
+                    "HOLEDGER_API_URL": f"http://127.0.0.1:{API_PORT}/v1/runs/{run_id}",
+                    "HOLEDGER_API_TOKEN": opened.optimizer_token,
+                    "OPENAI_BASE_URL": f"http://127.0.0.1:{GATEWAY_PORT}/v1",
+                    "OPENAI_API_KEY": opened.optimizer_token,
+                },
+                relays={API_PORT: api_sock, GATEWAY_PORT: gw_sock},
+                limits=OPTIMIZER_LIMITS,
+                label=f"optimizer-{run_id[:8]}",
+            )
+            bars = {
+                "CandidateCommitted": progress.add_task("candidates committed", total=1 + n_edits),
+                "EvaluationRequested": progress.add_task("evaluations (dev and val)", total=None),
+                "TrialCompleted": progress.add_task("trials (dev and val)", total=None),
+                "HeldOutTrial": progress.add_task(
+                    "held-out trials (test, K each)", total=test_trials
+                ),
+            }
+            fut_opt = pool.submit(chosen.run, spec)
+
+            def tick_run() -> None:
+                counts = follower.poll(run_id)
+                for key, bar in bars.items():
+                    progress.update(bar, completed=counts.get(key, 0))
+
+            result: SandboxResult = _wait(fut_opt, tick_run)
+            tick_run()
+            for key, bar in bars.items():
+                if progress.tasks[bar].total is None:
+                    progress.update(bar, total=follower.counts[run_id].get(key, 0))
+
+        # 3. the optimizer's log, kept beside the report
+        cfg.reports_dir.mkdir(parents=True, exist_ok=True)
+        log_path = cfg.reports_dir / f"{run_id}.optimizer.jsonl"
+        log = parse_log(result.stdout)
+        log_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log))
+        (cfg.reports_dir / f"{run_id}.optimizer.stderr.txt").write_bytes(result.stderr)
+        failures: list[str] = []
+        if result.exit_status != 0 or result.timed_out:
+            why = "timed out" if result.timed_out else f"exited with status {result.exit_status}"
+            tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+            failures.append(f"the optimizer {why}: {' | '.join(tail)}")
+        state = service.state(run_id)
+        if not state.closed:
+            failures.append("the optimizer did not nominate; the run is closed as aborted")
+            ledger.close_run(run_id, reason="aborted", summary={"why": failures[0]})
+
+        # 4. replay and report
+        report = replay_in_home(cfg, reader, run_id)
+        report_path = write_report(reader, run_id, report, cfg.reports_dir / f"{run_id}.html")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        server.stop()
+        reader.close()
+        ledger.close()
+        shutil.rmtree(private, ignore_errors=True)
+
+    summary = summarize(
+        cfg, report, run_id, chosen, result, report_path, log_path, failures, started
+    )
+    if not as_json:
+        print_summary(out, summary, report)
+    return summary
+
+
+def summarize(
+    cfg: Settings,
+    report: ReplayReport,
+    run_id: str,
+    backend: Backend,
+    result: SandboxResult,
+    report_path: Path,
+    log_path: Path,
+    failures: list[str],
+    started: float,
+) -> DemoSummary:
+    scores = report.sections.get("scores")
+    scores = scores if isinstance(scores, dict) else {}
+
+    def frac(key: str) -> Fraction | None:
+        value = scores.get(key)
+        return None if value is None else Fraction(str(value))
+
+    budget = {}
+    for row in report.sections.get("budget_table") or []:
+        if isinstance(row, dict) and "component" in row:
+            budget[str(row["component"])] = {
+                "used": row.get("used"),
+                "limit": row.get("limit"),
+                "percent": row.get("percent"),
+            }
+    return DemoSummary(
+        run_id=run_id,
+        verified=report.verified,
+        test_score=frac("e_h_plus"),
+        seed_score=frac("e_h0"),
+        g=frac("g"),
+        resolution_band=frac("resolution_band"),
+        backend=backend.name,
+        isolation=result.isolation,
+        report=report_path.absolute(),
+        budget=budget,
+        seconds=time.monotonic() - started,
+        replay_command=replay_command(cfg, run_id),
+        optimizer_log=log_path.absolute(),
+        optimizer_exit=result.exit_status,
+        failures=failures,
+    )
+
+
+def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
+    from holedger.output import table
+
+    def num(v: Fraction | None) -> str:
+        return "-" if v is None else f"{float(v):.3f}"
+
+    for failure in s.failures:
+        out.print(f"[bold red]problem:[/] {failure}")
+    band = "above" if s.above_band else "[bold red]NOT above[/]"
+    out.print(f"held-out score E(H+)   {num(s.test_score)}  (nominated candidate, test split)")
+    out.print(f"seed baseline  E(H0)   {num(s.seed_score)}  (pinned for this task)")
+    out.print(
+        f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}"
+    )
+    rows = [[k, v.get("used"), v.get("limit"), v.get("percent")] for k, v in s.budget.items()]
+    out.print(table("budget", ["component", "used", "limit", "percent"], rows))
+    warnings = [c.name for c in report.checks if c.level == "warning" and not c.ok]
+    if s.verified:
+        verdict = f"[bold green]VERIFIED[/] ({report.events} events, {len(report.checks)} checks"
+        verdict += f"; warnings: {', '.join(warnings)})" if warnings else ")"
+    else:
+        failed = ", ".join(report.failed_checks())
+        verdict = f"[bold red]FAILED[/] (checks failed: {failed})"
+    out.print(f"replay verdict         {verdict}")
+    out.print(f"sandbox                {s.backend} ({s.isolation})")
+    out.print(f"run id                 {s.run_id}")
+    out.print(f"replay it              {s.replay_command}")
+    out.print(f"HTML report            {s.report}")
+    out.print(f"optimizer log          {s.optimizer_log}")
+    out.print(f"took                   {s.seconds:.0f} s")

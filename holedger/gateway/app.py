@@ -1,0 +1,944 @@
+"""The model gateway: an OpenAI-compatible ASGI app that meters and records every call.
+
+``POST /v1/chat/completions`` (plain and SSE) and ``GET /v1/models``; anything else is a
+404 in the OpenAI error shape. Each call is checked in this order, and the first failing
+check answers (nothing is forwarded):
+
+1. the token: present (401), known (401), live, and issued for the caller the listener
+   expects (403, plus a SafetyViolation "foreign_token");
+2. the body: at most ``max_body_bytes`` (413), JSON (400), a chat request (400);
+3. the model: exactly in the scope's allow-list (403, SafetyViolation "model_not_allowed");
+   an alias is resolved only afterwards and both names are recorded;
+4. the budget (target scope): reserve ``prompt bound + n * max_tokens`` or answer 402.
+
+Every call that can be attributed to a run becomes one signed GatewayCall event. Budget
+decisions and settlements hand their event to the writer while holding the run's budget
+lock, so the ledger holds them in decision order and replay can re-derive each decision.
+One gateway process serves a ledger's runs (the budget state is in its memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import httpx
+
+from holedger.errors import NotFoundError
+from holedger.gateway.budget import (
+    RunBudget,
+    add_usage,
+    choices_count,
+    prompt_upper_bound,
+    requested_max_tokens,
+    usage_from_openai,
+)
+from holedger.gateway.config import GatewayConfig
+from holedger.gateway.recorder import EventWriter, Submission
+from holedger.gateway.tokens import TokenClaims, TokenRegistry
+from holedger.gateway.wire import (
+    JSON_TYPE,
+    NO_RETRY,
+    SSE_TYPE,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    bearer_token,
+    error_body,
+    send_bytes,
+    split_sse,
+    sse_data,
+)
+from holedger.ledger.store import Ledger
+from holedger.schemas.canonical import canonical_json
+from holedger.schemas.events import (
+    GatewayBudgetState,
+    GatewayCall,
+    PresentedToken,
+    SafetyViolation,
+    TokenUsage,
+)
+from holedger.schemas.types import Role
+
+log = logging.getLogger("holedger.gateway")
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+ZERO = TokenUsage()
+
+
+@dataclass(frozen=True)
+class CallerBinding:
+    """Who may call on one listener (a trial's unix socket): calls with any other token
+    are refused as smuggled."""
+
+    run_id: str
+    scope: Literal["target", "optimizer"]
+    trial_id: str | None = None
+    request_id: str | None = None
+    case_id: str | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialUsage:
+    """A trial's gateway calls so far: their count, their token sum, and whether none of
+    them was still in flight when this was read."""
+
+    tokens: TokenUsage
+    calls: int
+    complete: bool
+
+
+@dataclass
+class _Tally:
+    calls: int = 0
+    tokens: TokenUsage = ZERO
+    in_flight: int = 0
+
+
+@dataclass
+class _RunState:
+    models: frozenset[str]
+    budget: RunBudget
+
+
+@dataclass
+class _Call:
+    """One request as it goes through the checks; becomes one GatewayCall."""
+
+    call_id: str
+    t0: float
+    endpoint: str
+    run_id: str | None = None
+    scope: Literal["target", "optimizer"] = "target"
+    request_id: str | None = None
+    trial_id: str | None = None
+    case_id: str | None = None
+    attempt: int | None = None
+    stream: bool = False
+    model_requested: str | None = None
+    model_served: str | None = None
+    request_bytes: bytes = b""
+    reserved: int = 0
+    prompt_bound: int = 0
+    max_tokens_imposed: int | None = None
+    reservation_index: int | None = None
+    budget: GatewayBudgetState | None = None
+    presented: PresentedToken | None = None
+    tracked: bool = False
+
+    def attribute(self, claims: TokenClaims | CallerBinding) -> None:
+        self.run_id = claims.run_id
+        self.scope = claims.scope
+        self.request_id = claims.request_id
+        self.trial_id = claims.trial_id
+        self.case_id = claims.case_id
+        self.attempt = claims.attempt
+
+
+@dataclass
+class _Denial(Exception):
+    status: int
+    err_type: str
+    code: str
+    message: str
+    param: str | None = None
+    safety: str | None = None
+    extra_runs: list[str] = field(default_factory=list)
+    recorded: bool = False
+
+
+class _CallIds:
+    """Unique call ids without a system call each: a random prefix and a counter."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._counter = itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
+class Gateway:
+    """The ASGI app. Construct with the ledger, the token registry and the configuration."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        tokens: TokenRegistry,
+        config: GatewayConfig | None = None,
+        *,
+        upstream_app: ASGIApp | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.tokens = tokens
+        self.config = config or GatewayConfig()
+        self.writer = EventWriter(ledger)
+        self._runs: dict[str, _RunState] = {}
+        self._runs_lock = threading.Lock()
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._tally_cond = threading.Condition()
+        self._bindings: dict[str, CallerBinding] = {}
+        self._upstream_app = upstream_app
+        if upstream_app is None and self.config.upstream.simulator:
+            from holedger.gateway.sim_server import create_simulator_app
+
+            self._upstream_app = create_simulator_app(seed=self.config.upstream.simulator_seed)
+        self._upstream_key = self.config.upstream.api_key()
+        self._transport: httpx.AsyncBaseTransport | None = None
+        self._ids = _CallIds()
+
+    # ------------------------------------------------------------------ public API
+
+    def bind(self, listener: str, binding: CallerBinding) -> None:
+        """Expect only ``binding``'s token on the unix socket at path ``listener``."""
+        self._bindings[listener] = binding
+
+    def unbind(self, listener: str) -> None:
+        self._bindings.pop(listener, None)
+
+    def trial_usage(self, run_id: str, trial_id: str) -> TrialUsage:
+        with self._tally_cond:
+            tally = self._tallies.get((run_id, trial_id), _Tally())
+            return TrialUsage(tally.tokens, tally.calls, tally.in_flight == 0)
+
+    def close_trial(self, run_id: str, trial_id: str, *, wait_s: float = 30.0) -> TrialUsage:
+        """End a trial: revoke its tokens, wait for its calls in flight, write their events,
+        and return its totals (what TrialCompleted.tokens and .gateway_calls must say)."""
+        self.tokens.revoke_trial(run_id, trial_id)
+        with self._tally_cond:
+            self._tally_cond.wait_for(
+                lambda: self._tallies.get((run_id, trial_id), _Tally()).in_flight == 0,
+                timeout=wait_s,
+            )
+        self.writer.flush(wait_s)
+        return self.trial_usage(run_id, trial_id)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every event so far is in the ledger."""
+        return self.writer.flush(timeout)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        call = _Call(self._ids.next(), time.perf_counter(), path)
+        if self.writer.failure is not None:
+            # Fail closed: a call that cannot be recorded is not forwarded.
+            body = error_body(
+                "the gateway cannot write its ledger", "server_error", "ledger_unavailable"
+            )
+            await send_bytes(send, 503, body, [JSON_TYPE, NO_RETRY])
+            return
+        try:
+            if path == CHAT_PATH and method == "POST":
+                await self._chat(call, scope, receive, send)
+            elif path == MODELS_PATH and method == "GET":
+                await self._models(call, scope, send)
+            else:
+                await self._not_found(call, scope, send)
+        except _Denial as denial:
+            await self._deny(call, denial, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._transport is not None:
+                    await self._transport.aclose()
+                    self._transport = None
+                await asyncio.to_thread(self.writer.flush, 30.0)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _open_upstream(self, forwarded: bytes) -> httpx.Response:
+        """Send the chat request upstream; the response body is read by the caller.
+
+        The transport is used directly (no client-level cookies, redirects or auth): the
+        gateway talks to one configured upstream and nothing else."""
+        if self._transport is None:
+            if self._upstream_app is not None:
+                self._transport = httpx.ASGITransport(app=self._upstream_app)
+                base = "http://simulator/v1"
+            else:
+                limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
+                self._transport = httpx.AsyncHTTPTransport(limits=limits)
+                base = str(self.config.upstream.base_url).rstrip("/")
+            self._chat_url = httpx.URL(base + "/chat/completions")
+            self._headers = [(k.encode(), v.encode()) for k, v in self._upstream_headers().items()]
+            wait = self.config.upstream.timeout_s
+            self._timeouts = {"connect": 10.0, "read": wait, "write": wait, "pool": wait}
+        request = httpx.Request(
+            "POST",
+            self._chat_url,
+            headers=[*self._headers, (b"content-length", str(len(forwarded)).encode())],
+            content=forwarded,
+            extensions={"timeout": self._timeouts},
+        )
+        return await self._transport.handle_async_request(request)
+
+    # ------------------------------------------------------------------ checks
+
+    def _binding(self, scope: Scope) -> CallerBinding | None:
+        server = scope.get("server")
+        if server and server[1] is None:
+            return self._bindings.get(str(server[0]))
+        return None
+
+    def _authenticate(self, call: _Call, scope: Scope) -> TokenClaims:
+        binding = self._binding(scope)
+        if binding is not None:
+            call.attribute(binding)  # a refusal is recorded against the expected caller
+        token = bearer_token(scope)
+        if token is None:
+            raise _Denial(401, "invalid_request_error", "missing_token", "no bearer token")
+        claims = self.tokens.lookup(token)
+        if claims is None:
+            raise _Denial(401, "invalid_request_error", "invalid_token", "unknown token")
+        state = claims.state()
+        code = None
+        if state != "live":
+            code = f"token_{state}"
+        elif binding is not None and claims.run_id != binding.run_id:
+            code = "token_wrong_run"
+        elif binding is not None and claims.scope != binding.scope:
+            code = "token_wrong_scope"
+        elif binding is not None and claims.trial_id != binding.trial_id:
+            code = "token_wrong_trial"
+        if code is not None:
+            call.presented = PresentedToken(
+                run_id=claims.run_id, scope=claims.scope, trial_id=claims.trial_id, state=state
+            )
+            if binding is None:
+                # No listener names the caller: record on the token's run, no trial.
+                call.run_id, call.scope = claims.run_id, claims.scope
+            extra = [claims.run_id] if claims.run_id != call.run_id else []
+            raise _Denial(
+                403,
+                "permission_error",
+                code,
+                f"token refused ({code.removeprefix('token_').replace('_', ' ')})",
+                safety="foreign_token",
+                extra_runs=extra,
+            )
+        call.attribute(claims)
+        return claims
+
+    def _run_state(self, run_id: str) -> _RunState:
+        state = self._runs.get(run_id)
+        if state is not None:
+            return state
+        with self._runs_lock:
+            state = self._runs.get(run_id)
+            if state is None:
+                state = self._load_run(run_id)
+                self._runs[run_id] = state
+        return state
+
+    def _load_run(self, run_id: str) -> _RunState:
+        """Terms from RunOpened; settled totals from the GatewayCalls already recorded."""
+        try:
+            opened = self.ledger.run_terms(run_id)
+        except NotFoundError as exc:
+            raise _Denial(
+                403, "permission_error", "unknown_run", "the token's run does not exist"
+            ) from exc
+        budget = opened.terms.budget
+        run_budget = RunBudget(cap=budget.target_tokens, trial_cap=budget.per_trial_tokens)
+        with self._tally_cond:
+            for rec in self.ledger.records(run_id):
+                if rec.type != "GatewayCall":
+                    continue
+                payload = rec.typed_payload()
+                assert isinstance(payload, GatewayCall)
+                if payload.reservation_index is not None:
+                    run_budget.restore(payload.trial_id, payload.tokens.total)
+                if payload.trial_id is not None:
+                    tally = self._tallies.setdefault((run_id, payload.trial_id), _Tally())
+                    tally.calls += 1
+                    tally.tokens = add_usage(tally.tokens, payload.tokens)
+        return _RunState(frozenset(opened.terms.models), run_budget)
+
+    def _allowed_models(self, claims: TokenClaims) -> frozenset[str]:
+        run = self._run_state(claims.run_id)
+        if claims.scope == "optimizer" and self.config.optimizer_models is not None:
+            return frozenset(self.config.optimizer_models)
+        return run.models
+
+    async def _read_body(self, call: _Call, scope: Scope, receive: Receive) -> bytes:
+        cap = self.config.max_body_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > cap:
+            raise _Denial(413, "invalid_request_error", "body_too_large", f"body over {cap} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Denial(400, "invalid_request_error", "client_gone", "client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > cap:
+                raise _Denial(
+                    413, "invalid_request_error", "body_too_large", f"body over {cap} bytes"
+                )
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def _not_found(self, call: _Call, scope: Scope, send: Send) -> None:
+        try:
+            self._authenticate(call, scope)
+        except _Denial:
+            if call.run_id is None or call.presented is not None:
+                call.run_id = None  # only a call the token vouches for is recorded here
+        raise _Denial(
+            404,
+            "invalid_request_error",
+            "unknown_endpoint",
+            f"no endpoint {scope['method']} {scope['path']}",
+        )
+
+    async def _models(self, call: _Call, scope: Scope, send: Send) -> None:
+        claims = self._authenticate(call, scope)
+        models = sorted(self._allowed_models(claims))
+        body = json.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {"id": m, "object": "model", "created": 0, "owned_by": "holedger"}
+                    for m in models
+                ],
+            }
+        ).encode()
+        self._record(call, allowed=True, status=200, response=body)
+        await send_bytes(
+            send, 200, body, [JSON_TYPE, (b"x-holedger-call-id", call.call_id.encode())]
+        )
+
+    async def _chat(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
+        claims = self._authenticate(call, scope)
+        raw = await self._read_body(call, scope, receive)
+        call.request_bytes = raw
+        body = _parse_chat(raw)
+        call.stream = bool(body.get("stream"))
+        call.model_requested = body["model"]
+        if body["model"] not in self._allowed_models(claims):
+            raise _Denial(
+                403,
+                "permission_error",
+                "model_not_allowed",
+                f"model {body['model']!r} is not in this run's allow-list",
+                param="model",
+                safety="model_not_allowed",
+            )
+        call.model_served = self.config.aliases.get(body["model"], body["model"])
+        forwarded = self._rewrite(call, body)
+        self._reserve(call, claims, len(forwarded), body)
+        self._track(call, +1)
+        try:
+            if call.stream:
+                await self._forward_stream(call, forwarded, body, receive, send)
+            else:
+                await self._forward(call, forwarded, send)
+        finally:
+            self._track(call, -1)
+
+    def _rewrite(self, call: _Call, body: dict[str, Any]) -> bytes:
+        out = dict(body)
+        out["model"] = call.model_served
+        if requested_max_tokens(body) is None:
+            out[self.config.max_tokens_field] = self.config.default_max_tokens
+            call.max_tokens_imposed = self.config.default_max_tokens
+        if call.stream:
+            options = out.get("stream_options")
+            options = dict(options) if isinstance(options, dict) else {}
+            options["include_usage"] = True
+            out["stream_options"] = options
+        return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _reserve(self, call: _Call, claims: TokenClaims, size: int, body: dict[str, Any]) -> None:
+        max_tokens = call.max_tokens_imposed or requested_max_tokens(body) or 0
+        prompt = prompt_upper_bound(size, body, self.config.media_part_tokens)
+        call.prompt_bound = prompt
+        call.reserved = prompt + choices_count(body) * max_tokens
+        if claims.scope != "target":
+            return  # the optimizer scope is metered, not capped
+        budget = self._run_state(claims.run_id).budget
+        denial: list[_Denial] = []
+
+        def on_denied(state: GatewayBudgetState, which: str) -> None:
+            call.budget = state
+            cap, left = (
+                (state.cap, state.cap - state.settled - state.outstanding)
+                if which == "run"
+                else (
+                    state.trial_cap or 0,
+                    (state.trial_cap or 0) - state.trial_settled - state.trial_outstanding,
+                )
+            )
+            denial.append(
+                _Denial(
+                    402,
+                    "insufficient_quota",
+                    "budget_exhausted",
+                    f"{which} token budget: this call reserves {call.reserved} tokens "
+                    f"(prompt bound {prompt} + max_tokens {max_tokens}), {max(left, 0)} of "
+                    f"{cap} remain; lower max_tokens or stop",
+                )
+            )
+            d = denial[0]
+            self._record(call, allowed=False, status=d.status, code=d.code, reason=d.message)
+
+        state, index = budget.reserve(call.call_id, call.trial_id, call.reserved, on_denied)
+        if index is None:
+            denial[0].recorded = True
+            raise denial[0]
+        call.budget = state
+        call.reservation_index = index
+
+    def _settle(
+        self,
+        call: _Call,
+        *,
+        status: int,
+        usage: TokenUsage | None,
+        response: bytes,
+        model_reported: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """Charge the call: ``usage`` as reported, or (None) its whole reservation."""
+        estimated = usage is None
+        if usage is None:
+            output = call.reserved - call.prompt_bound
+            usage = TokenUsage(
+                input=call.prompt_bound, output=output, total=call.prompt_bound + output
+            )
+
+        def on_settled() -> None:
+            self._record(
+                call,
+                allowed=True,
+                status=status,
+                tokens=usage,
+                response=response,
+                usage_estimated=estimated,
+                model_reported=model_reported,
+                reason=reason,
+            )
+
+        if call.reservation_index is not None:
+            budget = self._run_state(str(call.run_id)).budget
+            budget.settle(call.call_id, usage.total, on_settled)
+        else:
+            on_settled()
+
+    # ------------------------------------------------------------------ forwarding
+
+    def _upstream_headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        if self._upstream_key:
+            headers["authorization"] = f"Bearer {self._upstream_key}"
+        return headers
+
+    async def _forward(self, call: _Call, forwarded: bytes, send: Send) -> None:
+        try:
+            resp = await self._open_upstream(forwarded)
+            data = await resp.aread()
+        except httpx.HTTPError as exc:
+            await self._upstream_failed(call, exc, send)
+            return
+        usage: TokenUsage | None = ZERO  # a complete error answer consumed nothing
+        model = None
+        if resp.status_code < 400:
+            try:
+                obj = json.loads(data)
+                usage = usage_from_openai(obj.get("usage"))
+                model = obj.get("model") if isinstance(obj.get("model"), str) else None
+            except (ValueError, AttributeError):
+                usage = None
+        self._settle(
+            call,
+            status=resp.status_code,
+            usage=usage,
+            response=data,
+            model_reported=model,
+            reason=None if resp.status_code < 400 else "upstream error",
+        )
+        headers = [
+            (b"content-type", resp.headers.get("content-type", "application/json").encode()),
+            (b"x-holedger-call-id", call.call_id.encode()),
+        ]
+        await send_bytes(send, resp.status_code, data, headers)
+
+    async def _upstream_failed(self, call: _Call, exc: Exception, send: Send) -> None:
+        # The upstream may have done the work before the connection broke: charge the
+        # reservation, unless the request never left (connect failure).
+        never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+        reason = f"upstream unreachable: {type(exc).__name__}"
+        self._settle(
+            call,
+            status=502,
+            usage=ZERO if never_sent else None,
+            response=b"",
+            model_reported=None,
+            reason=reason,
+        )
+        body = error_body(reason, "upstream_error", "upstream_unreachable")
+        await send_bytes(
+            send, 502, body, [JSON_TYPE, (b"x-holedger-call-id", call.call_id.encode())]
+        )
+
+    async def _forward_stream(
+        self, call: _Call, forwarded: bytes, body: dict[str, Any], receive: Receive, send: Send
+    ) -> None:
+        try:
+            resp = await self._open_upstream(forwarded)
+        except httpx.HTTPError as exc:
+            await self._upstream_failed(call, exc, send)
+            return
+        if resp.status_code >= 400:
+            data = await resp.aread()
+            await resp.aclose()
+            self._settle(
+                call,
+                status=resp.status_code,
+                usage=ZERO,
+                response=data,
+                model_reported=None,
+                reason="upstream error",
+            )
+            headers = [JSON_TYPE, (b"x-holedger-call-id", call.call_id.encode())]
+            await send_bytes(send, resp.status_code, data, headers)
+            return
+        pump = _StreamPump(call, body, self.config.blob_cap_bytes)
+        finished = False
+        client_gone = False
+        settled = False
+
+        def settle_once() -> None:
+            # Settle before the last byte goes out: once the client has its answer, the
+            # trial may end and read its totals.
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            reason = None
+            if pump.usage is None:
+                if client_gone:
+                    reason = "client disconnected before the usage chunk"
+                elif pump.cut is not None:
+                    reason = pump.cut
+                else:
+                    reason = "upstream sent no usage chunk"
+            self._settle(
+                call,
+                status=200,
+                usage=pump.usage,
+                response=pump.sent,
+                model_reported=pump.model,
+                reason=reason,
+            )
+
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        SSE_TYPE,
+                        (b"cache-control", b"no-cache"),
+                        (b"x-holedger-call-id", call.call_id.encode()),
+                    ],
+                }
+            )
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    nonlocal client_gone
+                    while True:
+                        message: Message = await receive()
+                        if message["type"] == "http.disconnect":
+                            if not finished:
+                                client_gone = True
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(watch)
+                try:
+                    async for chunk in resp.aiter_raw():
+                        out = pump.feed(chunk)
+                        if out:
+                            message = {"type": "http.response.body", "body": out, "more_body": True}
+                            await send(message)
+                    tail = pump.finish()
+                except httpx.HTTPError as exc:
+                    pump.cut = f"upstream stream broke: {type(exc).__name__}"
+                    tail = pump.finish() + pump.error_event(pump.cut)
+                finished = True
+                settle_once()
+                await send({"type": "http.response.body", "body": tail, "more_body": False})
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await resp.aclose()
+            settle_once()
+
+    # ------------------------------------------------------------------ recording
+
+    def _track(self, call: _Call, delta: int) -> None:
+        if call.run_id is None or call.trial_id is None:
+            return
+        with self._tally_cond:
+            tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
+            tally.in_flight += delta
+            call.tracked = True
+            if tally.in_flight == 0:
+                self._tally_cond.notify_all()
+
+    async def _deny(self, call: _Call, denial: _Denial, send: Send) -> None:
+        if not denial.recorded:
+            self._record(
+                call,
+                allowed=False,
+                status=denial.status,
+                code=denial.code,
+                reason=denial.message,
+                safety=denial.safety,
+                extra_runs=denial.extra_runs,
+            )
+        headers = [JSON_TYPE, NO_RETRY]
+        if call.run_id is not None:
+            headers.append((b"x-holedger-call-id", call.call_id.encode()))
+        body = error_body(denial.message, denial.err_type, denial.code, denial.param)
+        await send_bytes(send, denial.status, body, headers)
+
+    def _record(
+        self,
+        call: _Call,
+        *,
+        allowed: bool,
+        status: int,
+        code: str | None = None,
+        reason: str | None = None,
+        tokens: TokenUsage = ZERO,
+        response: bytes = b"",
+        usage_estimated: bool = False,
+        model_reported: str | None = None,
+        safety: str | None = None,
+        extra_runs: list[str] | None = None,
+    ) -> None:
+        if call.run_id is None:
+            return
+        cap = self.config.blob_cap_bytes
+        blobs: list[bytes] = []
+        req_digest = resp_digest = None
+        if call.request_bytes:
+            blob = call.request_bytes[:cap]
+            blobs.append(blob)
+            req_digest = hashlib.sha256(blob).hexdigest()
+        if response:
+            blob = response[:cap]
+            blobs.append(blob)
+            resp_digest = hashlib.sha256(blob).hexdigest()
+        event = GatewayCall(
+            call_id=call.call_id,
+            scope=call.scope,
+            request_id=call.request_id,
+            trial_id=call.trial_id,
+            case_id=call.case_id,
+            attempt=call.attempt,
+            model_requested=call.model_requested,
+            model_served=call.model_served if allowed else None,
+            allowed=allowed,
+            reason=reason,
+            status=status,
+            stream=call.stream,
+            tokens=tokens,
+            reserved=call.reserved,
+            max_tokens_imposed=call.max_tokens_imposed,
+            usage_estimated=usage_estimated,
+            latency_ms=int((time.perf_counter() - call.t0) * 1000),
+            request_digest=req_digest,
+            response_digest=resp_digest,
+            endpoint=call.endpoint,
+            code=code,
+            model_reported=model_reported,
+            reservation_index=call.reservation_index,
+            budget=call.budget,
+            presented=call.presented,
+        )
+        events: list[tuple[str, Any, Role]] = [("GatewayCall", event, "gateway")]
+        if safety is not None:
+            evidence = canonical_json(
+                {
+                    "call_id": call.call_id,
+                    "code": code,
+                    "model_requested": call.model_requested,
+                    "presented": call.presented.model_dump(mode="json") if call.presented else None,
+                    "run_id": call.run_id,
+                    "trial_id": call.trial_id,
+                }
+            )
+            blobs.append(evidence)
+            violation = SafetyViolation(
+                category=safety,
+                trial_id=call.trial_id,
+                call_id=call.call_id,
+                detail=reason or safety,
+                evidence_digest=hashlib.sha256(evidence).hexdigest(),
+            )
+            events.append(("SafetyViolation", violation, "gateway"))
+            for other in extra_runs or []:
+                extra: list[tuple[str, Any, Role]] = [("SafetyViolation", violation, "gateway")]
+                self.writer.submit(Submission(other, extra, [evidence]))
+        self.writer.submit(Submission(call.run_id, events, blobs))
+        if call.trial_id is not None:
+            with self._tally_cond:
+                tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
+                tally.calls += 1
+                tally.tokens = add_usage(tally.tokens, tokens)
+
+
+class _StreamPump:
+    """Forwards SSE events unchanged, reads the usage chunk, hides it when not asked for."""
+
+    def __init__(self, call: _Call, body: dict[str, Any], cap: int) -> None:
+        options = body.get("stream_options")
+        self.client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        self.buffer = b""
+        self.usage: TokenUsage | None = None
+        self.model: str | None = None
+        self.cut: str | None = None
+        self.done = False
+        self.cap = cap
+        self._sent: list[bytes] = []
+        self._sent_size = 0
+
+    @property
+    def sent(self) -> bytes:
+        return b"".join(self._sent)
+
+    def _keep(self, data: bytes) -> None:
+        if self._sent_size < self.cap:
+            self._sent.append(data[: self.cap - self._sent_size])
+            self._sent_size += len(self._sent[-1])
+
+    def feed(self, chunk: bytes) -> bytes:
+        events, self.buffer = split_sse(self.buffer + chunk)
+        out = [e for e in (self._event(ev) for ev in events) if e]
+        data = b"".join(out)
+        self._keep(data)
+        return data
+
+    def finish(self) -> bytes:
+        rest = self.buffer
+        self.buffer = b""
+        if not rest.strip():
+            return b""
+        data = self._event(rest)
+        self._keep(data)
+        return data
+
+    def error_event(self, message: str) -> bytes:
+        data = b"data: " + error_body(message, "upstream_error", "upstream_stream_cut") + b"\n\n"
+        self._keep(data)
+        return data
+
+    def _event(self, event: bytes) -> bytes:
+        data = sse_data(event)
+        if data is None:
+            return event + b"\n\n"
+        if data == b"[DONE]":
+            self.done = True
+            return event + b"\n\n"
+        if self.model is None or (b'"usage"' in data and b'"usage":null' not in data):
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                return event + b"\n\n"
+            if isinstance(obj, dict):
+                if self.model is None and isinstance(obj.get("model"), str):
+                    self.model = obj["model"]
+                if obj.get("error") is not None:
+                    self.cut = "upstream sent an error mid-stream"
+                usage = usage_from_openai(obj.get("usage"))
+                if usage is not None:
+                    self.usage = usage
+                    if not self.client_wants_usage and not obj.get("choices"):
+                        return b""
+        return event + b"\n\n"
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _parse_chat(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _Denial(
+            400, "invalid_request_error", "invalid_json", "body is not valid JSON"
+        ) from exc
+    if not isinstance(body, dict):
+        raise _Denial(400, "invalid_request_error", "invalid_request", "body is not a JSON object")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise _Denial(
+            400, "invalid_request_error", "invalid_request", "'model' is required", param="model"
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _Denial(
+            400,
+            "invalid_request_error",
+            "invalid_request",
+            "'messages' must be a non-empty list",
+            param="messages",
+        )
+    return body
+
+
+def create_gateway_app(
+    ledger: Ledger,
+    tokens: TokenRegistry | None = None,
+    config: GatewayConfig | None = None,
+    *,
+    upstream_app: ASGIApp | None = None,
+) -> Gateway:
+    """The gateway ASGI app (tokens default to a registry in the ledger's database)."""
+    registry = tokens or TokenRegistry(ledger.app.engine)
+    return Gateway(ledger, registry, config, upstream_app=upstream_app)
+
+
+__all__ = ["CallerBinding", "Gateway", "TrialUsage", "create_gateway_app"]

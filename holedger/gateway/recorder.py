@@ -1,0 +1,112 @@
+"""The gateway's event writer: one thread appends GatewayCall events in submission order.
+
+Calls are answered without waiting for the database; the writer keeps the order in which
+events were submitted (per run), groups what is waiting into one atomic batch per run, and
+retries on a conflict with another writer of the same run. If writing fails, the gateway
+stops forwarding (it fails closed) until the writer recovers.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from pydantic import BaseModel
+
+from holedger.errors import LedgerConflictError
+from holedger.ledger.store import Ledger
+from holedger.schemas.types import Role
+
+log = logging.getLogger("holedger.gateway")
+MAX_BATCH = 256
+CONFLICT_RETRIES = 20
+
+
+@dataclass
+class Submission:
+    run_id: str
+    events: list[tuple[str, BaseModel, Role]]
+    blobs: list[bytes] = field(default_factory=list)
+
+
+class EventWriter:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._queue: queue.Queue[Submission | None] = queue.Queue()
+        self._cond = threading.Condition()
+        self._submitted = 0
+        self._done = 0
+        self.failure: str | None = None
+        self._thread = threading.Thread(target=self._run, name="holedger-gateway-writer")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def submit(self, item: Submission) -> None:
+        with self._cond:
+            self._submitted += 1
+        self._queue.put(item)
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until everything submitted so far is written; False on timeout."""
+        with self._cond:
+            target = self._submitted
+            return self._cond.wait_for(lambda: self._done >= target, timeout=timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush(timeout)
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._write(batch)
+            with self._cond:
+                self._done += len(batch)
+                self._cond.notify_all()
+            if stop:
+                return
+
+    def _write(self, batch: list[Submission]) -> None:
+        # Blobs first: an event never refers to a blob that is not yet stored.
+        by_run: dict[str, list[tuple[str, BaseModel, Role]]] = {}
+        blobs: list[bytes] = []
+        for item in batch:
+            by_run.setdefault(item.run_id, []).extend(item.events)
+            blobs.extend(item.blobs)
+        for blob in dict.fromkeys(blobs):
+            self._retrying(partial(self.ledger.put_blob, blob))
+        for run_id, events in by_run.items():
+            self._retrying(partial(self.ledger.append_many, run_id, events))
+
+    def _retrying(self, action: Callable[[], object]) -> None:
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                action()
+                self.failure = None
+                return
+            except LedgerConflictError:
+                time.sleep(0.001 * (attempt + 1))
+            except Exception as exc:  # keep the thread alive; the gateway fails closed
+                self.failure = f"{type(exc).__name__}: {exc}"
+                log.error("gateway event write failed: %s", self.failure)
+                time.sleep(0.05 * (attempt + 1))
+        log.error("gateway event write gave up after %d attempts", CONFLICT_RETRIES)

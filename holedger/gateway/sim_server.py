@@ -1,0 +1,125 @@
+"""The HTTP face of the offline simulator: an OpenAI-compatible upstream.
+
+``POST /v1/chat/completions`` (plain, or SSE when ``stream`` is true, with the usage chunk
+when ``stream_options.include_usage`` is set) and ``GET /v1/models``, built on
+:meth:`SimulatedModel.complete`: a stream is the complete answer cut into chunks.
+Run it with ``holedger sim serve --port P`` or use :func:`create_simulator_app` in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from holedger.gateway.simulator import SimulatedModel, SimulatorTransientError
+from holedger.gateway.wire import JSON_TYPE, SSE_TYPE, Receive, Scope, Send, error_body, send_bytes
+
+CHUNK_CHARS = 16
+
+
+class SimulatorApp:
+    """ASGI app serving one :class:`SimulatedModel`; ``chunk_delay_s`` slows streams."""
+
+    def __init__(self, model: SimulatedModel, *, chunk_delay_s: float = 0.0) -> None:
+        self.model = model
+        self.chunk_delay_s = chunk_delay_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].removeprefix("lifespan.")
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/v1/models" and method == "GET":
+            data = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "holedger-simulator"}
+                for m in self.model.models()
+            ]
+            body = json.dumps({"object": "list", "data": data}).encode()
+            await send_bytes(send, 200, body, [JSON_TYPE])
+            return
+        if path != "/v1/chat/completions" or method != "POST":
+            msg = f"no endpoint {method} {path}"
+            await send_bytes(send, 404, error_body(msg, "invalid_request_error", None), [JSON_TYPE])
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        try:
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("body is not a JSON object")
+            result = self.model.complete(request)
+        except SimulatorTransientError as exc:
+            body = error_body(str(exc), "server_error", "simulated_transient")
+            await send_bytes(send, exc.status, body, [JSON_TYPE])
+            return
+        except (ValueError, TypeError, KeyError) as exc:
+            body = error_body(str(exc), "invalid_request_error", None)
+            await send_bytes(send, 400, body, [JSON_TYPE])
+            return
+        if request.get("stream"):
+            await self._stream(request, result, send)
+        else:
+            await send_bytes(send, 200, json.dumps(result).encode(), [JSON_TYPE])
+
+    async def _stream(self, request: dict[str, Any], result: dict[str, Any], send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [SSE_TYPE]})
+        options = request.get("stream_options")
+        with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        for chunk in stream_chunks(result, with_usage):
+            data = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+def stream_chunks(result: dict[str, Any], with_usage: bool) -> list[dict[str, Any]]:
+    """A complete chat.completion cut into chat.completion.chunk objects."""
+    base = {
+        "id": result.get("id"),
+        "object": "chat.completion.chunk",
+        "created": result.get("created", 0),
+        "model": result.get("model"),
+    }
+    extra = {"usage": None} if with_usage else {}
+    chunks: list[dict[str, Any]] = []
+    for choice in result.get("choices", []):
+        index = choice.get("index", 0)
+        message = choice.get("message") or {}
+        first: dict[str, Any] = {"role": message.get("role", "assistant"), "content": ""}
+        chunks.append({**base, "choices": [_choice(index, first, None)], **extra})
+        content = message.get("content") or ""
+        for start in range(0, len(content), CHUNK_CHARS):
+            delta = {"content": content[start : start + CHUNK_CHARS]}
+            chunks.append({**base, "choices": [_choice(index, delta, None)], **extra})
+        calls = message.get("tool_calls")
+        if calls:
+            deltas = [{"index": i, **call} for i, call in enumerate(calls)]
+            tool_delta = {"tool_calls": deltas}
+            chunks.append({**base, "choices": [_choice(index, tool_delta, None)], **extra})
+        last = _choice(index, {}, choice.get("finish_reason", "stop"))
+        chunks.append({**base, "choices": [last], **extra})
+    if with_usage:
+        chunks.append({**base, "choices": [], "usage": result.get("usage")})
+    return chunks
+
+
+def _choice(index: int, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+
+def create_simulator_app(
+    seed: int = 0, *, model: SimulatedModel | None = None, chunk_delay_s: float = 0.0
+) -> SimulatorApp:
+    return SimulatorApp(model or SimulatedModel(seed=seed), chunk_delay_s=chunk_delay_s)

@@ -1,0 +1,688 @@
+"""Commands for third-party verification: bundles, proofs, witnesses, attestations.
+
+``export`` / ``verify`` (run bundles), ``prove`` / ``verify-proof`` (RFC 9162 inclusion
+and consistency proofs as text), ``checkpoint show|cosign|witness-key`` (C2SP
+checkpoints and tlog-cosignature witnesses), ``attest`` / ``verify-attestation``
+(in-toto Statement v1 in a DSSE envelope).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from holedger.errors import NotFoundError, UsageError, VerificationError
+from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys
+from holedger.ledger.note import (
+    TlogPolicy,
+    TlogProof,
+    WitnessGroup,
+    cosign_checkpoint,
+    cosigner_vkey,
+    parse_checkpoint,
+    parse_note,
+    parse_policy,
+    parse_tlog_proof,
+    parse_vkey,
+    verify_checkpoint,
+)
+from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
+from holedger.ledger.records import parse_record
+from holedger.output import console, emit_json, settings
+
+CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
+MAX_INPUT_FILE = 8 << 20
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def _read_text(path: str, what: str) -> str:
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_INPUT_FILE:
+            raise UsageError(f"{what} file {path} is too large")
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"no {what} file at {path}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} file {path} is not UTF-8 text") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} file {path}: {exc.strerror}") from exc
+
+
+def _write_text(path: str | None, text: str) -> None:
+    if path is None or path == "-":
+        click.echo(text, nl=False)
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | None) -> Any:
+    if policy_file and witnesses:
+        raise UsageError("give either --policy or --witness, not both")
+    if policy_file:
+        return parse_policy(_read_text(policy_file, "policy"))
+    if not witnesses:
+        if quorum is not None:
+            raise UsageError("--quorum needs --witness keys")
+        return None
+    policy = TlogPolicy()
+    for i, text in enumerate(witnesses, start=1):
+        policy.witnesses[f"w{i}"] = parse_vkey(text).key
+    need = len(witnesses) if quorum is None else quorum
+    if not 1 <= need <= len(witnesses):
+        raise UsageError(f"--quorum must be between 1 and {len(witnesses)}")
+    policy.groups["witnesses"] = WitnessGroup("witnesses", need, tuple(policy.witnesses))
+    policy.quorum = "witnesses"
+    return policy
+
+
+def _open_ledger(ctx: click.Context) -> Any:
+    from holedger.ledger.store import Ledger
+
+    cfg = settings(ctx)
+    return Ledger.open(cfg.ledger_url, None, create_tables=False)
+
+
+@dataclass
+class _RunLog:
+    run_id: str
+    tree: MerkleTree
+    records: list[bytes]
+    checkpoint_size: int
+    checkpoint_note: str
+
+
+def _load_run(ledger: Any, run: str) -> _RunLog:
+    run_id = ledger.resolve_run(run)
+    records: list[bytes] = []
+    tree = MerkleTree([])
+    size, note = -1, ""
+    for _, raw in ledger.raw_records(run_id):
+        rec = parse_record(raw)
+        if rec.type == "Checkpoint":
+            size, note = int(rec.payload["size"]), str(rec.payload["note"])
+        tree.append(rec.leaf_hash)
+        records.append(raw)
+    if size < 0:
+        raise NotFoundError(f"run {run_id} has no checkpoint yet", hint="append more events")
+    return _RunLog(run_id, tree, records, size, note)
+
+
+# ---------------------------------------------------------------- export / verify
+
+
+@click.command("export")
+@click.argument("run")
+@click.option("-o", "--output", "output", required=True, help="The bundle file to write.")
+@click.option("--redact", is_flag=True, help="Leave blob bodies out; keep only their digests.")
+@click.option(
+    "--checkpoint",
+    "checkpoint_files",
+    multiple=True,
+    help="A (cosigned) checkpoint note file to carry in the bundle.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+@click.pass_context
+def export_cmd(
+    ctx: click.Context,
+    run: str,
+    output: str,
+    redact: bool,
+    checkpoint_files: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Write RUN as a portable bundle: events as signed, blobs, git history, keys, checkpoints."""
+    from holedger.replay.bundle import export_bundle
+
+    cfg = settings(ctx)
+    notes = [_read_text(f, "checkpoint") for f in checkpoint_files]
+    ledger = _open_ledger(ctx)
+    try:
+        run_id = ledger.resolve_run(run)
+        summary = export_bundle(
+            ledger,
+            run_id,
+            output,
+            redact=redact,
+            repo_path=cfg.run_repo(run_id),
+            checkpoints=notes,
+        )
+    finally:
+        ledger.close()
+    data = {
+        "path": str(summary.path),
+        "run_id": summary.run_id,
+        "events": summary.events,
+        "blobs": summary.blobs,
+        "redacted_blobs": summary.redacted,
+        "git_objects": summary.git_objects,
+        "checkpoints": summary.checkpoints,
+        "bytes": summary.bytes,
+        "sha256": summary.digest,
+    }
+    if as_json:
+        emit_json(data)
+    else:
+        console().print(
+            f"wrote {summary.path}: {summary.events} events, {summary.blobs} blobs"
+            f"{f', {summary.redacted} redacted' if redact else ''}, "
+            f"{summary.git_objects} git objects, {summary.bytes} bytes, sha256 {summary.digest}"
+        )
+
+
+@click.command("verify")
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    help="A verifier key (name+id+key) or a keyring file; pins the run's keys.",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint_files",
+    multiple=True,
+    help="A checkpoint note published elsewhere; the bundle must contain its tree.",
+)
+@click.option("--policy", "policy_file", help="A C2SP tlog-policy file (logs, witnesses, quorum).")
+@click.option("--witness", "witnesses", multiple=True, help="A witness cosigner vkey (0x04).")
+@click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
+def verify_cmd(
+    bundle: str,
+    as_json: bool,
+    trusted: tuple[str, ...],
+    checkpoint_files: tuple[str, ...],
+    policy_file: str | None,
+    witnesses: tuple[str, ...],
+    quorum: int | None,
+) -> None:
+    """Verify a run bundle offline: everything 'holedger replay' checks, from the file alone.
+
+    Exit 0 verified, 1 verification failed, 2 bad usage or a malformed bundle.
+    """
+    from holedger.replay.bundle import verify_bundle
+    from holedger.replay.commands import print_report
+
+    keys = load_trusted_keys(list(trusted))
+    notes = [_read_text(f, "checkpoint") for f in checkpoint_files]
+    policy = _policy(policy_file, witnesses, quorum)
+    report = verify_bundle(bundle, trusted_keys=keys, external_checkpoints=notes, policy=policy)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        print_report(report)
+        redacted = report.sections.get("redacted")
+        if isinstance(redacted, dict):
+            console().print(f"redacted bundle: {redacted.get('blobs')} blob bodies not checked")
+    sys.exit(0 if report.verified else 1)
+
+
+# -------------------------------------------------------------------- proofs
+
+
+def consistency_text(size1: int, proof: list[bytes], checkpoint_note: str) -> str:
+    lines = [CONSISTENCY_HEADER, f"old {size1}"]
+    lines += [base64.b64encode(h).decode() for h in proof]
+    return "\n".join(lines) + "\n\n" + checkpoint_note
+
+
+def parse_consistency_text(text: str) -> tuple[int, list[bytes], str]:
+    head, sep, note = text.partition("\n\n")
+    lines = head.split("\n")
+    if not sep or lines[0] != CONSISTENCY_HEADER or len(lines) < 2:
+        raise VerificationError("not a holedger consistency proof")
+    if not lines[1].startswith("old ") or not lines[1][4:].isdigit():
+        raise VerificationError("consistency proof has no 'old <size>' line")
+    if len(lines) > 2 + 65:
+        raise VerificationError("consistency proof has too many hashes")
+    proof: list[bytes] = []
+    for line in lines[2:]:
+        try:
+            proof.append(base64.b64decode(line, validate=True))
+        except binascii.Error as exc:
+            raise VerificationError("consistency proof hash is not base64") from exc
+    return int(lines[1][4:]), proof, note
+
+
+@click.command("prove")
+@click.argument("run")
+@click.option("--seq", type=int, help="Prove that event SEQ is in the run's latest checkpoint.")
+@click.option(
+    "--from-checkpoint",
+    "from_checkpoint",
+    help="Prove the latest checkpoint extends this earlier checkpoint note (consistency).",
+)
+@click.option("--from-size", type=int, help="Like --from-checkpoint, from a tree size.")
+@click.option("-o", "--output", "output", help="Write the proof here (default: stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (and the proof).")
+@click.pass_context
+def prove_cmd(
+    ctx: click.Context,
+    run: str,
+    seq: int | None,
+    from_checkpoint: str | None,
+    from_size: int | None,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    """An RFC 9162 inclusion proof (C2SP tlog-proof text) or a consistency proof for RUN."""
+    if sum(x is not None for x in (seq, from_checkpoint, from_size)) != 1:
+        raise UsageError("give exactly one of --seq, --from-checkpoint, --from-size")
+    ledger = _open_ledger(ctx)
+    try:
+        log = _load_run(ledger, run)
+    finally:
+        ledger.close()
+    size = log.checkpoint_size
+    if seq is not None:
+        if not 0 <= seq < size:
+            raise UsageError(
+                f"event {seq} is not covered by the latest checkpoint (size {size})",
+                hint=f"choose a seq below {size}",
+            )
+        proof_hashes = log.tree.inclusion_proof(seq, size)
+        text = TlogProof(seq, tuple(proof_hashes), log.checkpoint_note, log.records[seq]).render()
+        kind = "inclusion"
+        summary: dict[str, Any] = {"kind": kind, "seq": seq}
+    else:
+        if from_checkpoint is not None:
+            old = parse_checkpoint(parse_note(_read_text(from_checkpoint, "checkpoint")).text)
+            size1 = old.size
+        else:
+            assert from_size is not None
+            size1 = from_size
+        if not 0 < size1 <= size:
+            raise UsageError(f"no consistency proof from size {size1} to size {size}")
+        proof_hashes = log.tree.consistency_proof(size1, size)
+        text = consistency_text(size1, proof_hashes, log.checkpoint_note)
+        summary = {"kind": "consistency", "old_size": size1}
+    summary.update({"run_id": log.run_id, "tree_size": size, "hashes": len(proof_hashes)})
+    if as_json:
+        if output:
+            _write_text(output, text)
+        emit_json({**summary, "output": output, "proof": None if output else text})
+    else:
+        _write_text(output, text)
+
+
+@click.command("verify-proof")
+@click.argument("proof_file")
+@click.option(
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    required=True,
+    help="The run's server key (and, to check the event's own signature, its role key).",
+)
+@click.option(
+    "--old-checkpoint", help="For a consistency proof: the earlier checkpoint note to extend."
+)
+@click.option("--policy", "policy_file", help="A C2SP tlog-policy file (witness quorum).")
+@click.option("--witness", "witnesses", multiple=True, help="A witness cosigner vkey (0x04).")
+@click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify_proof_cmd(
+    proof_file: str,
+    trusted: tuple[str, ...],
+    old_checkpoint: str | None,
+    policy_file: str | None,
+    witnesses: tuple[str, ...],
+    quorum: int | None,
+    as_json: bool,
+) -> None:
+    """Check an inclusion (tlog-proof) or consistency proof against trusted keys.
+
+    Exit 0 verified, 1 verification failed, 2 bad usage.
+    """
+    keys = load_trusted_keys(list(trusted))
+    policy = _policy(policy_file, witnesses, quorum)
+    text = _read_text(proof_file, "proof")
+    try:
+        if text.startswith(CONSISTENCY_HEADER):
+            if old_checkpoint is None:
+                raise UsageError("a consistency proof needs --old-checkpoint")
+            result = _verify_consistency(text, _read_text(old_checkpoint, "checkpoint"), keys)
+        else:
+            result = _verify_inclusion(text, keys)
+        result.update(_witness_result(result.pop("note"), keys, policy))
+        result["verified"] = True
+    except VerificationError as exc:
+        result = {"verified": False, "reason": exc.message}
+    if as_json:
+        emit_json(result)
+    elif result["verified"]:
+        console().print(f"[bold green]VERIFIED[/] {result['summary']}")
+    else:
+        console().print(f"[bold red]FAILED[/] {result['reason']}")
+    sys.exit(0 if result["verified"] else 1)
+
+
+def _witness_result(note: str, keys: list[PublicKey], policy: Any) -> dict[str, Any]:
+    if policy is None:
+        return {}
+    log_keys = policy.logs or keys
+    v = verify_checkpoint(note, log_keys, witnesses=list(policy.witnesses.values()))
+    names = policy.witness_names_for(v.witnesses)
+    if not policy.satisfied(names):
+        raise VerificationError(f"checkpoint cosignatures do not meet quorum {policy.quorum!r}")
+    return {"witnesses": sorted(v.witnesses)}
+
+
+def _verify_inclusion(text: str, keys: list[PublicKey]) -> dict[str, Any]:
+    proof = parse_tlog_proof(text)
+    cp = verify_checkpoint(proof.checkpoint, keys)
+    if proof.extra is None:
+        raise VerificationError("the proof carries no event record (extra line)")
+    rec = parse_record(proof.extra)
+    if cp.checkpoint.origin != f"holedger/run/{rec.run_id}":
+        raise VerificationError("the event belongs to another run than the checkpoint")
+    if rec.seq != proof.index:
+        raise VerificationError(f"the event's seq {rec.seq} is not the proof index")
+    verify_inclusion(
+        rec.leaf_hash, proof.index, cp.checkpoint.size, list(proof.hashes), cp.checkpoint.root
+    )
+    signer = next((k for k in keys if k.key_id_hex == rec.key_id), None)
+    if signer is not None and not rec.verify_signature(signer):
+        raise VerificationError("the event's own signature does not verify")
+    return {
+        "kind": "inclusion",
+        "run_id": rec.run_id,
+        "seq": rec.seq,
+        "type": rec.type,
+        "tree_size": cp.checkpoint.size,
+        "event_signature": "verified" if signer else "not checked (no trusted key for it)",
+        "log_key": cp.log_key,
+        "note": proof.checkpoint,
+        "summary": f"event {rec.seq} ({rec.type}) of run {rec.run_id} is in the checkpoint "
+        f"of size {cp.checkpoint.size}",
+    }
+
+
+def _verify_consistency(text: str, old_note: str, keys: list[PublicKey]) -> dict[str, Any]:
+    size1, proof, note = parse_consistency_text(text)
+    new = verify_checkpoint(note, keys).checkpoint
+    old = verify_checkpoint(old_note, keys).checkpoint
+    if old.origin != new.origin:
+        raise VerificationError("the two checkpoints are of different logs")
+    if old.size != size1:
+        raise VerificationError(
+            f"the proof starts at size {size1}, the old checkpoint is {old.size}"
+        )
+    verify_consistency(old.size, new.size, old.root, new.root, proof)
+    return {
+        "kind": "consistency",
+        "origin": new.origin,
+        "old_size": old.size,
+        "new_size": new.size,
+        "note": note,
+        "summary": f"checkpoint of size {new.size} extends the one of size {old.size}",
+    }
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+@click.group("checkpoint")
+def checkpoint_group() -> None:
+    """Signed checkpoints (C2SP tlog-checkpoint) and witness cosignatures."""
+
+
+@checkpoint_group.command("show")
+@click.argument("run")
+@click.option("-o", "--output", "output", help="Write the note here (default: stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print size, root and note as JSON.")
+@click.pass_context
+def checkpoint_show_cmd(ctx: click.Context, run: str, output: str | None, as_json: bool) -> None:
+    """The latest signed checkpoint note of RUN (to publish, or to send to a witness)."""
+    ledger = _open_ledger(ctx)
+    try:
+        log = _load_run(ledger, run)
+    finally:
+        ledger.close()
+    if as_json:
+        if output:
+            _write_text(output, log.checkpoint_note)
+        emit_json(
+            {
+                "run_id": log.run_id,
+                "size": log.checkpoint_size,
+                "root": log.tree.root(log.checkpoint_size).hex(),
+                "note": log.checkpoint_note,
+            }
+        )
+    else:
+        _write_text(output, log.checkpoint_note)
+
+
+@checkpoint_group.command("witness-key")
+@click.argument("name")
+@click.option("-o", "--output", "output", required=True, help="The private key file to create.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verifier key as JSON.")
+def witness_key_cmd(name: str, output: str, as_json: bool) -> None:
+    """Create a witness key; prints its cosignature verifier key (type 0x04)."""
+    key = SigningKey.generate(name)
+    key.save(Path(output))
+    vkey = cosigner_vkey(key.public)
+    if as_json:
+        emit_json({"name": name, "key_file": output, "vkey": vkey})
+    else:
+        click.echo(vkey)
+
+
+@checkpoint_group.command("cosign")
+@click.argument("note_file")
+@click.option("--key", "key_file", required=True, help="The witness's private key file.")
+@click.option(
+    "--log-key",
+    "log_keys",
+    multiple=True,
+    required=True,
+    help="The log's (server's) verifier key: the witness checks the signature first.",
+)
+@click.option("--previous", help="The checkpoint this witness cosigned before, for this log.")
+@click.option("--proof", "proof_file", help="Consistency proof from --previous to this note.")
+@click.option("--time", "timestamp", type=int, help="Cosignature time (default: now).")
+@click.option("-o", "--output", "output", help="Write the cosigned note here (default: stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def cosign_cmd(
+    note_file: str,
+    key_file: str,
+    log_keys: tuple[str, ...],
+    previous: str | None,
+    proof_file: str | None,
+    timestamp: int | None,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    """Add a C2SP tlog-cosignature (cosignature/v1) by a witness key to a checkpoint note.
+
+    The witness first verifies the log's signature, and with --previous/--proof that the
+    new checkpoint extends the one it cosigned before.
+    """
+    keys = load_trusted_keys(list(log_keys))
+    witness = SigningKey.load(Path(key_file))
+    note = _read_text(note_file, "checkpoint")
+    cp = verify_checkpoint(note, keys).checkpoint
+    if previous is not None:
+        old = verify_checkpoint(_read_text(previous, "checkpoint"), keys).checkpoint
+        if old.origin != cp.origin:
+            raise VerificationError("the previous checkpoint is of another log")
+        if old.size > cp.size:
+            raise VerificationError("the new checkpoint is smaller than the previous one")
+        proof: list[bytes] = []
+        if old.size != cp.size:
+            if proof_file is None:
+                raise UsageError(
+                    "--previous needs --proof (from 'holedger prove --from-checkpoint')"
+                )
+            size1, proof, _ = parse_consistency_text(_read_text(proof_file, "proof"))
+            if size1 != old.size:
+                raise VerificationError("the proof does not start at the previous checkpoint")
+        verify_consistency(old.size, cp.size, old.root, cp.root, proof)
+    ts = int(time.time()) if timestamp is None else timestamp
+    cosigned = cosign_checkpoint(note, witness, ts)
+    if as_json:
+        if output:
+            _write_text(output, cosigned)
+        emit_json(
+            {
+                "witness": cosigner_vkey(witness.public),
+                "time": ts,
+                "size": cp.size,
+                "note": None if output else cosigned,
+            }
+        )
+    else:
+        _write_text(output, cosigned)
+
+
+# ---------------------------------------------------------------- attestations
+
+
+def _file_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"no file at {path}") from exc
+
+
+def run_result(
+    run_id: str, records: list[bytes], checkpoint_note: str, report: Any
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The subjects and the run-result/v1 predicate of a run (docs/FORMAT.md)."""
+    opened: dict[str, Any] = {}
+    scored: dict[str, Any] | None = None
+    nominated: str | None = None
+    for raw in records:
+        rec = parse_record(raw)
+        if rec.type == "RunOpened":
+            opened = rec.payload
+        elif rec.type == "RunScored":
+            scored = rec.payload
+        elif rec.type == "CandidateNominated":
+            nominated = str(rec.payload.get("candidate"))
+    cp = parse_checkpoint(parse_note(checkpoint_note).text)
+    budget = report.sections.get("budget_table") if report is not None else None
+    predicate: dict[str, Any] = {
+        "run_id": run_id,
+        "task_id": opened.get("task_id"),
+        "task_digest": opened.get("task_digest"),
+        "optimizer": opened.get("optimizer"),
+        "candidate": (scored or {}).get("candidate", nominated),
+        "k": (scored or {}).get("k"),
+        "e_h_plus": (scored or {}).get("e_h_plus"),
+        "e_h0": (scored or {}).get("e_h0"),
+        "g": (scored or {}).get("g"),
+        "budget_use": budget,
+        "verdict": "verified" if report.verified else "failed",
+        "failed_checks": report.failed_checks(),
+        "events": len(records),
+        "checkpoint": {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()},
+        "keys": {
+            role: f"{info['name']}+{info['key_id']}"
+            for role, info in opened.get("keys", {}).items()
+        },
+    }
+    subjects = [(f"{cp.origin}/checkpoint/{cp.size}", cp.root.hex())]
+    return subjects, predicate
+
+
+@click.command("attest")
+@click.argument("run")
+@click.option("-o", "--output", "output", required=True, help="The .intoto.json file to write.")
+@click.option("--bundle", "bundle_file", help="Also name this exported bundle as a subject.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+@click.pass_context
+def attest_cmd(
+    ctx: click.Context, run: str, output: str, bundle_file: str | None, as_json: bool
+) -> None:
+    """Sign RUN's result as an in-toto Statement v1 (DSSE, Ed25519, operator key)."""
+    import json
+
+    from holedger.ledger.attest import attest
+    from holedger.replay.engine import replay_run
+
+    cfg = settings(ctx)
+    key = SigningKey.load(cfg.key_path)
+    ledger = _open_ledger(ctx)
+    try:
+        run_id = ledger.resolve_run(run)
+        report = replay_run(ledger, run_id)
+        log = _load_run(ledger, run_id)
+    finally:
+        ledger.close()
+    subjects, predicate = run_result(log.run_id, log.records, log.checkpoint_note, report)
+    if bundle_file:
+        subjects.append((Path(bundle_file).name, _file_sha256(bundle_file)))
+    envelope = attest(subjects, predicate, key)
+    Path(output).write_text(json.dumps(envelope, indent=2) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json({"path": output, "subjects": subjects, "verdict": predicate["verdict"]})
+    else:
+        console().print(
+            f"wrote {output}: verdict {predicate['verdict']}, signed by {key.public.vkey()}"
+        )
+
+
+@click.command("verify-attestation")
+@click.argument("attestation")
+@click.option("--trusted-key", "trusted", multiple=True, required=True, help="Signer vkey(s).")
+@click.option("--bundle", "bundle_file", help="Check that this bundle is a subject.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statement as JSON.")
+def verify_attestation_cmd(
+    attestation: str, trusted: tuple[str, ...], bundle_file: str | None, as_json: bool
+) -> None:
+    """Verify a result attestation's DSSE signature and print its statement.
+
+    Exit 0 verified, 1 verification failed, 2 bad usage.
+    """
+    from holedger.ledger.attest import verify_attestation
+
+    keys = load_trusted_keys(list(trusted))
+    text = _read_text(attestation, "attestation")
+    try:
+        statement = verify_attestation(text, keys)
+        if bundle_file:
+            digest = _file_sha256(bundle_file)
+            if not any(s["digest"].get("sha256") == digest for s in statement["subject"]):
+                raise VerificationError("the bundle is not a subject of the attestation")
+        result: dict[str, Any] = {"verified": True, "statement": statement}
+    except VerificationError as exc:
+        result = {"verified": False, "reason": exc.message}
+    if as_json:
+        emit_json(result)
+    elif result["verified"]:
+        pred = result["statement"]["predicate"]
+        console().print(
+            f"[bold green]VERIFIED[/] run {pred.get('run_id')}: verdict {pred.get('verdict')}, "
+            f"g {pred.get('g')}"
+        )
+    else:
+        console().print(f"[bold red]FAILED[/] {result['reason']}")
+    sys.exit(0 if result["verified"] else 1)
+
+
+def register(cli: click.Group) -> None:
+    """Add the bundle, proof, witness and attestation commands to the `holedger` group."""
+    for command in (
+        export_cmd,
+        verify_cmd,
+        prove_cmd,
+        verify_proof_cmd,
+        checkpoint_group,
+        attest_cmd,
+        verify_attestation_cmd,
+    ):
+        cli.add_command(command)

@@ -1,0 +1,238 @@
+"""The disclosure projection: each DisclosureProjected obeys the policy and equals its trials.
+
+For every projection replay checks that it answers an accepted search request, once and
+after all of that request's trials; that its policy is the split's (dev ``per_case``,
+val ``aggregate`` over at least ``min_aggregate_cases`` cases, test never); that its
+digest is the digest of its body; and that ``rules.project`` over the request's recorded
+trials gives the very same body. Answers are read from the answer blobs (canonical JSON,
+``rules.answer_bytes``); when a blob is redacted the projection's own answer is used if it
+hashes to the trial's answer digest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from holedger.errors import CanonicalError, PolicyError
+from holedger.ledger.records import Record
+from holedger.replay.engine import ReplayContext
+from holedger.replay.report import ReportBuilder
+from holedger.schemas.canonical import canonical_json, parse_json
+from holedger.schemas.events import (
+    DisclosureProjected,
+    EvaluationRequested,
+    Model,
+    TrialCompleted,
+)
+from holedger.server import rules
+
+CHECK = "disclosure"
+AGGREGATE_FIELDS = {"cases", "trials", "mean"}
+
+
+@dataclass
+class _Request:
+    seq: int
+    split: str
+    accepted: bool
+    expected: int
+    trials: list[TrialCompleted] = field(default_factory=list)
+    projections: int = 0
+
+
+class DisclosureProjection:
+    name = "disclosure"
+
+    def __init__(self, ctx: ReplayContext) -> None:
+        self.ctx = ctx
+        self.policy = ctx.opened.terms.disclosure
+        self.requests: dict[str, _Request] = {}
+        self.failures: list[tuple[int, str, str]] = []
+        self.checked = 0
+
+    def _fail(self, seq: int, etype: str, reason: str) -> None:
+        self.failures.append((seq, etype, reason))
+
+    def apply(self, rec: Record, payload: Model) -> None:
+        if isinstance(payload, EvaluationRequested):
+            self.requests.setdefault(
+                payload.request_id,
+                _Request(
+                    rec.seq,
+                    payload.split,
+                    payload.decision == "accepted",
+                    len(payload.case_ids) * payload.attempts,
+                ),
+            )
+        elif isinstance(payload, TrialCompleted):
+            req = self.requests.get(payload.request_id)
+            if req is not None and req.projections == 0 and req.split != "test":
+                req.trials.append(payload)
+        elif isinstance(payload, DisclosureProjected):
+            self._projection(rec.seq, payload)
+
+    def _projection(self, seq: int, proj: DisclosureProjected) -> None:
+        etype = "DisclosureProjected"
+        rid = proj.request_id
+        if proj.split == "test" or proj.policy == "none":
+            self._fail(seq, etype, f"projection of request {rid} discloses the test split")
+            return
+        req = self.requests.get(rid)
+        if req is None or not req.accepted:
+            state = "unknown" if req is None else "rejected"
+            self._fail(seq, etype, f"projection of {state} request {rid}")
+            return
+        req.projections += 1
+        if req.projections > 1:
+            self._fail(seq, etype, f"a second projection of request {rid}")
+            return
+        if proj.split != req.split:
+            self._fail(seq, etype, f"projection of {rid} says {proj.split}, request {req.split}")
+            return
+        expected_policy = getattr(self.policy, proj.split)
+        if proj.policy != expected_policy:
+            self._fail(
+                seq,
+                etype,
+                f"{proj.split} projection of {rid} uses policy {proj.policy}; "
+                f"the {proj.split} policy is {expected_policy} only",
+            )
+            return
+        if proj.split == "val" and not self._aggregate_only(seq, rid, proj.projection):
+            return
+        if rules.projection_digest(proj.projection) != proj.projection_digest:
+            self._fail(seq, etype, f"projection digest of {rid} is not its body's digest")
+        if len(req.trials) < req.expected:
+            self._fail(
+                seq,
+                etype,
+                f"projection of {rid} after {len(req.trials)} of {req.expected} trials",
+            )
+            return
+        self._compare(seq, rid, proj, req)
+        req.trials = []  # checked: memory stays bounded by the requests in flight
+
+    def _aggregate_only(self, seq: int, rid: str, body: dict[str, Any]) -> bool:
+        etype = "DisclosureProjected"
+        extra = sorted(set(body) - AGGREGATE_FIELDS)
+        if extra or set(body) != AGGREGATE_FIELDS:
+            self._fail(
+                seq,
+                etype,
+                f"val projection of {rid} is not aggregate-only: fields {sorted(body)} "
+                f"(allowed: cases, trials, mean)",
+            )
+            return False
+        cases = body["cases"]
+        if not isinstance(cases, int) or isinstance(cases, bool):
+            self._fail(seq, etype, f"val projection of {rid}: cases is not a count")
+            return False
+        if cases < self.policy.min_aggregate_cases:
+            self._fail(
+                seq,
+                etype,
+                f"val projection of {rid} aggregates {cases} cases, below the minimum "
+                f"{self.policy.min_aggregate_cases}",
+            )
+            return False
+        return True
+
+    def _compare(self, seq: int, rid: str, proj: DisclosureProjected, req: _Request) -> None:
+        etype = "DisclosureProjected"
+        shown = _shown_answers(proj.projection)
+        views = [rules.trial_view(t, self._answer(t, shown)) for t in req.trials]
+        try:
+            _, body = rules.project(req.split, self.policy, views)
+        except PolicyError as exc:
+            self._fail(seq, etype, f"projection of {rid}: the rules refuse it: {exc.message}")
+            return
+        self.checked += 1
+        if canonical_json(body) == _canonical(proj.projection):
+            return
+        self._fail(seq, etype, f"projection of {rid} {_difference(proj.projection, body)}")
+
+    def _answer(self, trial: TrialCompleted, shown: dict[tuple[str, int], Any]) -> Any:
+        if trial.answer_digest is None:
+            return None
+        data = self.ctx.blobs.blob(trial.answer_digest)
+        if data is None:  # redacted: the shown answer stands if it has the recorded digest
+            candidate = shown.get((trial.case_id, trial.attempt))
+            try:
+                if rules.answer_digest(candidate) == trial.answer_digest:
+                    return candidate
+            except CanonicalError:
+                pass
+            return None
+        try:
+            return parse_json(data)
+        except CanonicalError:
+            return data.decode("utf-8", errors="replace")
+
+    def finish(self, out: ReportBuilder) -> None:
+        out.declare(CHECK, "every projection obeys the policy and equals its recorded trials")
+        for rid, req in self.requests.items():
+            if req.accepted and req.split != "test" and req.projections == 0:
+                self._fail(
+                    req.seq, "EvaluationRequested", f"accepted request {rid} has no projection"
+                )
+        for seq, etype, reason in self.failures:
+            out.fail(seq, etype, reason, check=CHECK)
+        if not self.failures:
+            out.check(
+                CHECK,
+                True,
+                f"{self.checked} projections obey the policy and equal what their trials imply",
+            )
+
+
+def _canonical(value: Any) -> bytes:
+    try:
+        return canonical_json(value)
+    except CanonicalError:
+        return b""
+
+
+def _shown_answers(body: dict[str, Any]) -> dict[tuple[str, int], Any]:
+    shown: dict[tuple[str, int], Any] = {}
+    cases = body.get("cases")
+    if not isinstance(cases, dict):
+        return shown
+    for case_id, entry in cases.items():
+        trials = entry.get("trials") if isinstance(entry, dict) else None
+        for trial in trials if isinstance(trials, list) else []:
+            if isinstance(trial, dict) and isinstance(trial.get("attempt"), int):
+                shown[(str(case_id), trial["attempt"])] = trial.get("answer")
+    return shown
+
+
+def _difference(recorded: dict[str, Any], derived: dict[str, Any]) -> str:
+    """Name the first place where the recorded body departs from the re-derived one."""
+    if "mean" in derived and recorded.get("mean") != derived["mean"]:
+        return f"shows mean {recorded.get('mean')!r}; its trials' mean is {derived['mean']}"
+    for name in sorted(set(recorded) | set(derived)):
+        if name not in derived:
+            return f"holds a field {name!r} its trials do not imply"
+        if name not in recorded:
+            return f"lacks the field {name!r}"
+        if name == "cases" and isinstance(recorded[name], dict):
+            return _case_difference(recorded[name], derived[name])
+        if _canonical(recorded[name]) != _canonical(derived[name]):
+            return f"shows {name} {recorded[name]!r}; its trials imply {derived[name]!r}"
+    return "differs from what its trials imply"
+
+
+def _case_difference(recorded: dict[str, Any], derived: dict[str, Any]) -> str:
+    for case_id in sorted(set(recorded) | set(derived)):
+        if case_id not in derived:
+            return f"shows case {case_id}, which none of its trials ran"
+        if case_id not in recorded:
+            return f"omits case {case_id}"
+        got, want = recorded[case_id], derived[case_id]
+        if isinstance(got, dict) and got.get("mean") != want["mean"]:
+            return (
+                f"shows case {case_id} mean {got.get('mean')!r}; its trials' mean is {want['mean']}"
+            )
+        if _canonical(got) != _canonical(want):
+            return f"shows case {case_id} differently from its trials"
+    return "differs from what its trials imply"

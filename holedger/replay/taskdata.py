@@ -1,0 +1,97 @@
+"""The task's cases, for the replay checks that need them (leakage audit, case membership).
+
+Replay never trusts a local task blindly: the task named in RunOpened is loaded only when
+it is available on this machine *and* its digest equals ``RunOpened.task_digest``;
+otherwise the checks that need it say plainly that they were skipped and why.
+
+A caller may hand the data in through ``ReplayContext.extra``: ``task`` (a task name or
+folder to load instead of the pinned task id) or ``task_data`` (a ready :class:`TaskData`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from holedger.errors import HoledgerError
+from holedger.replay.engine import ReplayContext
+
+CACHE_KEY = "_task_data"
+
+
+@dataclass(frozen=True)
+class CaseData:
+    """One case: its id, the input the harness gets, the answer only the verifier sees."""
+
+    id: str
+    input: Any
+    expected: Any
+
+
+@dataclass(frozen=True)
+class TaskData:
+    task_id: str
+    digest: str
+    splits: dict[str, list[CaseData]] = field(default_factory=dict)
+
+    def ids(self, split: str) -> set[str]:
+        return {case.id for case in self.splits.get(split, [])}
+
+
+def task_data(ctx: ReplayContext) -> TaskData | str:
+    """The run's task data, or the reason it is unavailable (cached per replay)."""
+    cached = ctx.extra.get(CACHE_KEY)
+    if isinstance(cached, TaskData | str):
+        return cached
+    result = _load(ctx)
+    ctx.extra[CACHE_KEY] = result
+    return result
+
+
+def _load(ctx: ReplayContext) -> TaskData | str:
+    given = ctx.extra.get("task_data")
+    if isinstance(given, TaskData):
+        return _pinned(given, ctx)
+    name = ctx.extra.get("task") or ctx.opened.task_id
+    load_task, digest_of = _tasks_api()
+    if load_task is None or digest_of is None:
+        return "the task loader (holedger.tasks) is not available"
+    try:
+        loaded = load_task(name)
+        digest = str(digest_of(loaded.spec))
+        splits = {
+            split: [
+                CaseData(str(c.id), c.input, getattr(c, "expected", None))
+                for c in loaded.cases(split)
+            ]
+            for split in ("dev", "val", "test")
+        }
+    except HoledgerError as exc:
+        return f"task {name} is not available locally: {exc.message}"
+    except (OSError, ValueError, KeyError) as exc:
+        return f"task {name} could not be loaded: {exc}"
+    return _pinned(TaskData(str(ctx.opened.task_id), digest, splits), ctx)
+
+
+def _pinned(data: TaskData, ctx: ReplayContext) -> TaskData | str:
+    if data.digest != ctx.opened.task_digest:
+        return (
+            f"the local task {ctx.opened.task_id} has digest {data.digest[:12]}, "
+            f"not the run's pinned {ctx.opened.task_digest[:12]}"
+        )
+    return data
+
+
+def _tasks_api() -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+    """``load_task`` and ``task_digest`` from holedger.tasks, wherever the room puts them."""
+    load_task = digest_of = None
+    for module_name in ("holedger.tasks", "holedger.tasks.spec", "holedger.tasks.loader"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        load_task = load_task or getattr(module, "load_task", None)
+        digest_of = digest_of or getattr(module, "task_digest", None)
+    return load_task, digest_of

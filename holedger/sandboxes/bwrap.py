@@ -1,0 +1,503 @@
+"""The bubblewrap backend: the default on Linux.
+
+One trial = one bwrap sandbox:
+
+* namespaces: user (uid/gid 65534, no capabilities, no nested user namespaces), pid, ipc,
+  uts, cgroup, mount, and a network namespace with only loopback that holedger creates and
+  owns (see ``netns``); ``--die-with-parent`` and ``--new-session``;
+* filesystem: an allowlist. ``/usr`` and the interpreter's own files read-only with every
+  site-packages directory masked, the harness runtime at /opt/holedger/runtime, synthetic
+  /etc files, the candidate read-only at /code (the cwd), a size-limited private /tmp;
+* seccomp: holedger's own filter (``seccomp``);
+* limits: a per-trial cgroup (v2 or v1) when holedger may make one, else rlimits;
+* the whole tree dies at the timeout (cgroup freeze + kill, or the pid namespace's init).
+
+Inside, a small bash wrapper (pid 2) runs the harness, reports its exit status on a pipe
+and waits; holedger then lists what else still runs in the pid namespace (leftover
+processes, ``process_left_behind``) before releasing the wrapper, whose exit ends the
+namespace and kills the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from holedger.errors import SandboxError
+from holedger.sandboxes import cgroups
+from holedger.sandboxes.common import (
+    TrialIO,
+    etc_dir,
+    leftover_observation,
+    limit_observations,
+    pidns_members,
+    pidns_of,
+    sandbox_env,
+    truncation_observations,
+)
+from holedger.sandboxes.netns import NetnsServices
+from holedger.sandboxes.runtime import Interpreter, build_runtime, host_interpreter
+from holedger.sandboxes.seccomp import filter_for_host
+from holedger.sandboxes.spec import (
+    BIN_DIR,
+    CODE_DIR,
+    RUNTIME_DIR,
+    SANDBOX_GID,
+    SANDBOX_UID,
+    Observation,
+    SandboxResult,
+    SandboxSpec,
+)
+
+# Runs inside as pid 2. $1 = status fd, $2 = release fd, $3.. = limits, then "--" and argv.
+WRAPPER = r"""
+S=$1 R=$2; shift 2
+while [ "$1" != -- ]; do ulimit "$1" "$2" 2>/dev/null; shift 2; done; shift
+exec {E}>&2 2>/dev/null
+"$@" 2>&$E {E}>&- {S}>&- {R}<&-
+rc=$?
+echo "$rc" >&$S
+exec {S}>&-
+read -r _ <&$R
+exit $rc
+"""
+# Runs on the host, before bwrap: join the trial's cgroups, then become bwrap.
+CGEXEC = 'for f; do shift; [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; done; exec "$@"'
+POLL_S = 0.05
+
+
+def _find(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)), None
+    )
+
+
+@lru_cache(maxsize=1)
+def _bwrap_version(path: str) -> tuple[int, ...]:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    digits = out.stdout.strip().split()[-1] if out.stdout.strip() else "0"
+    return tuple(int(x) for x in digits.split(".") if x.isdigit())
+
+
+def _under(path: Path, roots: list[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+class BwrapBackend:
+    """Trials in bubblewrap sandboxes."""
+
+    name = "bwrap"
+
+    def __init__(self, bwrap: str | None = None, seccomp: bool = True) -> None:
+        self.bwrap = bwrap or _find("bwrap")
+        self.bash = _find("bash")
+        self.use_seccomp = seccomp
+        self._available: tuple[bool, str] | None = None
+
+    # ------------------------------------------------------------------ availability
+
+    def available(self) -> tuple[bool, str]:
+        if self._available is None:
+            self._available = self._probe()
+        return self._available
+
+    def _probe(self) -> tuple[bool, str]:
+        if not self.bwrap:
+            return False, "bwrap not found (apt-get install bubblewrap)"
+        if not self.bash:
+            return False, "bash not found"
+        if os.geteuid() != 0:
+            return False, "needs root: holedger builds each trial's network namespace itself"
+        try:
+            version = _bwrap_version(self.bwrap)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return False, f"bwrap does not run: {exc}"
+        probe = subprocess.run(
+            [
+                self.bwrap,
+                "--unshare-all",
+                "--unshare-user",
+                "--uid",
+                str(SANDBOX_UID),
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--symlink",
+                "usr/bin",
+                "/bin",
+                "--symlink",
+                "usr/lib",
+                "/lib",
+                "--symlink",
+                "usr/lib64",
+                "/lib64",
+                "--",
+                "/usr/bin/true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if probe.returncode != 0:
+            return False, f"bwrap cannot make namespaces: {probe.stderr.strip()[:200]}"
+        cg = cgroups.manager()
+        limits = cg.reason if cg.usable else f"rlimits ({cg.reason})"
+        _, sec = filter_for_host()
+        return True, f"bwrap {'.'.join(map(str, version))}; limits by {limits}; {sec}"
+
+    # ------------------------------------------------------------------ argv
+
+    def build_argv(
+        self,
+        spec: SandboxSpec,
+        *,
+        interp: Interpreter,
+        runtime: Path,
+        etc: Path,
+        seccomp_fd: int | None,
+        info_fd: int,
+        status_fd: int,
+        release_fd: int,
+        rlimits: list[tuple[str, int]],
+    ) -> list[str]:
+        """The bwrap command line for ``spec`` (no side effects; unit-testable)."""
+        assert self.bwrap and self.bash
+        a: list[str] = [
+            self.bwrap,
+            "--unshare-user",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_GID),
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+        ]
+        if _bwrap_version(self.bwrap) >= (0, 8):
+            a += ["--disable-userns"]
+        a += ["--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / top
+            if host.is_symlink():
+                a += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                a += ["--ro-bind", str(host), f"/{top}"]
+        for name in sorted(os.listdir(etc)):
+            a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
+        if Path("/etc/ld.so.cache").is_file():
+            a += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        a += ["--proc", "/proc", "--dev", "/dev"]
+        a += ["--size", str(spec.limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        visible = [Path("/usr"), interp.stdlib]
+        a += ["--ro-bind", str(interp.stdlib), str(interp.stdlib)]
+        if not _under(interp.executable, visible):
+            a += ["--ro-bind", str(interp.executable), str(interp.executable)]
+        if interp.shared_lib and not _under(interp.shared_lib, visible):
+            a += ["--ro-bind", str(interp.shared_lib), str(interp.shared_lib)]
+        extra = [Path(p).resolve() for p in spec.extra_ro_binds]
+        for path in extra:
+            a += ["--ro-bind", str(path), str(path)]
+        for hidden in interp.hidden:
+            if _under(hidden, visible + extra):
+                a += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
+        a += ["--ro-bind", str(runtime), RUNTIME_DIR]
+        a += ["--dir", BIN_DIR]
+        for name in ("python3", "python"):
+            a += ["--symlink", str(interp.executable), f"{BIN_DIR}/{name}"]
+        a += ["--ro-bind", str(Path(spec.code_dir).resolve()), CODE_DIR, "--chdir", CODE_DIR]
+        a += ["--clearenv"]
+        for key, value in sorted(sandbox_env(spec).items()):
+            a += ["--setenv", key, value]
+        if seccomp_fd is not None:
+            a += ["--seccomp", str(seccomp_fd)]
+        a += ["--info-fd", str(info_fd)]
+        a += [
+            "--",
+            self.bash,
+            "--noprofile",
+            "--norc",
+            "-c",
+            WRAPPER,
+            "wrapper",
+            str(status_fd),
+            str(release_fd),
+        ]
+        for flag, amount in rlimits:
+            a += [flag, str(amount)]
+        a += ["--", *spec.argv]
+        return a
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        ok, why = self.available()
+        if not ok:
+            raise SandboxError(f"the bwrap backend is unavailable: {why}")
+        if not Path(spec.code_dir).is_dir():
+            raise SandboxError(f"code directory {spec.code_dir} does not exist")
+        for sock in spec.relays.values():
+            if not Path(sock).exists():
+                raise SandboxError(f"relay target {sock} does not exist")
+        return _Trial(self, spec).run()
+
+
+@lru_cache(maxsize=1)
+def _interp() -> Interpreter:
+    return host_interpreter()
+
+
+@lru_cache(maxsize=1)
+def _runtime() -> Path:
+    return build_runtime()
+
+
+class _Trial:
+    """The state of one bwrap run (pipes, cgroup, services), torn down in ``run``."""
+
+    def __init__(self, backend: BwrapBackend, spec: SandboxSpec) -> None:
+        self.backend, self.spec, self.limits = backend, spec, spec.limits
+        self.io = TrialIO(spec.limits)
+        self.fds: list[int] = []
+        self.observations: list[Observation] = []
+
+    def _pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self.fds += [r, w]
+        return r, w
+
+    def _close(self, fd: int) -> None:
+        if fd in self.fds:
+            self.fds.remove(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def run(self) -> SandboxResult:
+        cg = cgroups.manager().create(self.spec.label or "trial", self.limits)
+        services = NetnsServices(self.spec.relays, record=True)
+        try:
+            return self._run(cg, services)
+        finally:
+            observed = services.close()
+            self.observations[:0] = observed
+            if cg is not None:
+                cg.remove()
+            for fd in list(self.fds):
+                self._close(fd)
+            self.io.cleanup()
+
+    def _run(self, cg: cgroups.TrialCgroup | None, services: NetnsServices) -> SandboxResult:
+        start = time.monotonic()
+        self.io.prepare(self.spec.stdin)
+        program, _ = filter_for_host() if self.backend.use_seccomp else (None, "")
+        seccomp_fd = None
+        if program is not None:
+            seccomp_fd, w = self._pipe()
+            os.write(w, program)
+            self._close(w)
+        info_r, info_w = self._pipe()
+        status_r, status_w = self._pipe()
+        release_r, release_w = self._pipe()
+        rlimits: list[tuple[str, int]] = [
+            ("-c", 0),
+            ("-t", max(1, math.ceil(self.limits.cpu_time_s))),
+        ]
+        if cg is None:
+            rlimits.append(("-v", self.limits.memory_mb * 1024))
+        argv = self.backend.build_argv(
+            self.spec,
+            interp=_interp(),
+            runtime=_runtime(),
+            etc=etc_dir(),
+            seccomp_fd=seccomp_fd,
+            info_fd=info_w,
+            status_fd=status_w,
+            release_fd=release_r,
+            rlimits=rlimits,
+        )
+        if cg is not None:
+            argv = [
+                "/bin/sh",
+                "-c",
+                cgexec_script(),
+                "cgexec",
+                *map(str, cg.procs_files),
+                "--",
+                *argv,
+            ]
+        pass_fds = [fd for fd in (seccomp_fd, info_w, status_w, release_r) if fd is not None]
+
+        with (
+            open(self.io.stdin_path, "rb") as fin,
+            open(self.io.stdout_path, "wb") as fout,
+            open(self.io.stderr_path, "wb") as ferr,
+        ):
+
+            def spawn() -> subprocess.Popen[bytes]:
+                return subprocess.Popen(
+                    argv,
+                    stdin=fin,
+                    stdout=fout,
+                    stderr=ferr,
+                    pass_fds=pass_fds,
+                    close_fds=True,
+                    start_new_session=True,
+                )
+
+            proc = services.setup_new(spawn)
+        for fd in (seccomp_fd, info_w, status_w, release_r):
+            if fd is not None:
+                self._close(fd)
+
+        deadline = start + self.limits.wall_s
+        status_text, timed_out, flooded = self._wait_status(proc, status_r, deadline)
+        init_pid = _read_child_pid(info_r)
+        ns = pidns_of(init_pid) if init_pid else None
+        exit_status: int | None = None
+        if status_text is not None and not timed_out and not flooded:
+            exit_status = int(status_text) if status_text.strip().isdigit() else None
+            if ns is not None:
+                members = pidns_members(ns, cg.pids() if cg is not None else None)
+                left = [m for m in members if m[1] > 2]
+                if left:
+                    self.observations.append(leftover_observation(left))
+        elif status_text is None and not timed_out and not flooded:
+            self.observations.append(
+                Observation("sandbox_error", "the sandbox ended before the harness reported")
+            )
+        if timed_out or flooded:
+            self._kill(cg, init_pid, proc)
+        self._close(release_w)
+        code, cpu_ms_rusage = _reap(proc, init_pid, deadline_s=5.0)
+        if cg is not None:
+            cg.kill_all()
+        if ns is not None and pidns_members(ns, cg.pids() if cg is not None else None):
+            self._kill(cg, init_pid, proc)
+            self.observations.append(Observation("sandbox_error", "processes survived teardown"))
+        if exit_status is None and status_text is None and not timed_out and not flooded:
+            exit_status = code
+        wall_ms = int((time.monotonic() - start) * 1000)
+
+        oom = bool(cg and cg.oom_killed())
+        pids_hit = bool(cg and cg.pids_limit_hit())
+        cpu_ms = cg.cpu_ms() if cg is not None else cpu_ms_rusage
+        stdout, out_trunc = self.io.collect(self.io.stdout_path)
+        stderr, err_trunc = self.io.collect(self.io.stderr_path)
+        obs = limit_observations(
+            timed_out=timed_out,
+            oom=oom,
+            pids_hit=pids_hit,
+            wall_s=self.limits.wall_s,
+            memory_mb=self.limits.memory_mb,
+            pids=self.limits.pids,
+        )
+        if flooded:
+            obs.append(Observation("output_truncated", "output flood; trial stopped"))
+        obs += truncation_observations(out_trunc, err_trunc, self.limits.output_bytes)
+        self.observations += obs
+        return SandboxResult(
+            exit_status=exit_status,
+            timed_out=timed_out,
+            oom=oom,
+            stdout=stdout,
+            stderr=stderr,
+            stdout_truncated=out_trunc,
+            stderr_truncated=err_trunc,
+            wall_ms=wall_ms,
+            cpu_ms=cpu_ms,
+            backend="bwrap",
+            isolation="isolated",
+            limits_by=cg.mode if cg is not None else "rlimit",
+            observations=self.observations,
+        )
+
+    def _wait_status(
+        self, proc: subprocess.Popen[bytes], status_r: int, deadline: float
+    ) -> tuple[str | None, bool, bool]:
+        """(status line or None, timed out, output flood)."""
+        buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, True, False
+            ready, _, _ = select.select([status_r], [], [], min(POLL_S, left))
+            if ready:
+                chunk = os.read(status_r, 64)
+                if not chunk:
+                    return (buf.decode().strip() or None), False, False
+                buf += chunk
+                if buf.endswith(b"\n"):
+                    return buf.decode().strip(), False, False
+            if self.io.flooded():
+                return None, False, True
+
+    def _kill(
+        self, cg: cgroups.TrialCgroup | None, init_pid: int | None, proc: subprocess.Popen[bytes]
+    ) -> None:
+        if cg is not None:
+            cg.kill_all()
+        for pid in (init_pid, proc.pid):
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def cgexec_script() -> str:
+    return CGEXEC
+
+
+def _read_child_pid(info_r: int) -> int | None:
+    """bwrap's --info-fd JSON: {"child-pid": N, ...} (the pid namespace's init)."""
+    ready, _, _ = select.select([info_r], [], [], 2.0)
+    if not ready:
+        return None
+    data = b""
+    while True:
+        ready, _, _ = select.select([info_r], [], [], 0.5)
+        if not ready:
+            break
+        chunk = os.read(info_r, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        pid = json.loads(data.decode()).get("child-pid")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def _reap(
+    proc: subprocess.Popen[bytes], init_pid: int | None, deadline_s: float
+) -> tuple[int | None, int | None]:
+    """Wait for bwrap (killing it past the deadline); (exit code, CPU ms of the tree)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            break
+        if time.monotonic() > end:
+            for p in (init_pid, proc.pid):
+                if p:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.001)
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    cpu = int((usage.ru_utime + usage.ru_stime) * 1000)
+    return (128 - code if code < 0 else code), cpu

@@ -1,0 +1,237 @@
+"""The optimizer's HTTP API (Starlette): one run, one bearer token.
+
+Every route is under ``/v1/runs/{run}`` and needs ``Authorization: Bearer <token>``, the
+run's optimizer token (``holedger run open`` prints it; only its SHA-256 is stored, and
+the lookup compares hashes in constant time). A token of another run is refused (403) and
+recorded as a ``foreign_token`` SafetyViolation in the token's own run.
+
+    GET  /v1/runs/{run}                      run info: task, dev cases and inputs, val ids,
+                                             budget used and remaining, candidates
+    POST /v1/runs/{run}/candidates           {"files": {path: text | {"base64"}}, "parent"}
+                                             or a tar / tar.gz body (application/gzip,
+                                             application/x-tar); ?parent=ID
+    POST /v1/runs/{run}/evaluations          {"candidate", "split", "case_ids", "attempts"}
+                                             -> the disclosure projection
+    GET  /v1/runs/{run}/blobs/{digest}       a blob named in a projection shown to this run
+    POST /v1/runs/{run}/nomination           {"candidate"} -> nominated, scored and closed
+
+Errors are ``{"error": {"message", "type", "hint"}}`` with 400 (malformed), 401 (no or
+bad token), 402 (over budget, recorded), 403 (foreign token), 404 (unknown), 409 (refused
+by the protocol, recorded when it is a request), 413 (body too large).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from holedger.errors import (
+    BudgetExceededError,
+    HoledgerError,
+    NotFoundError,
+    PolicyError,
+    UsageError,
+)
+from holedger.gateway.tokens import TokenRegistry
+from holedger.ledger.store import run_uuid
+from holedger.schemas.events import SafetyViolation
+from holedger.server.candidates import read_file_map, read_tar
+from holedger.server.service import RunService
+
+MAX_BODY_BYTES = 16 << 20
+MAX_JSON_BYTES = 1 << 20
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+Handler = Callable[[Request, str], Awaitable[Response]]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, kind: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message, self.hint = status, kind, message, hint
+
+
+def error_response(status: int, kind: str, message: str, hint: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"message": message, "type": kind}}
+    if hint:
+        body["error"]["hint"] = hint
+    return JSONResponse(body, status_code=status)
+
+
+def _status_of(exc: HoledgerError) -> tuple[int, str]:
+    if isinstance(exc, BudgetExceededError):
+        return 402, "budget_exceeded"
+    if isinstance(exc, PolicyError):
+        return 409, "refused"
+    if isinstance(exc, NotFoundError):
+        return 404, "not_found"
+    if isinstance(exc, UsageError):
+        return 400, "invalid_request"
+    return 500, "server_error"
+
+
+def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> Starlette:
+    """The optimizer API over ``service``; tokens default to the ledger's registry."""
+    registry = tokens or TokenRegistry(service.ledger.app.engine)
+
+    def authenticate(request: Request, run_id: str) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "unauthorized", "missing bearer token")
+        claims = registry.lookup(token.strip())
+        if claims is None or claims.scope != "optimizer":
+            raise ApiError(401, "unauthorized", "unknown token")
+        if claims.state() != "live":
+            raise ApiError(401, "unauthorized", f"token is {claims.state()}")
+        if claims.run_id != run_id:
+            _record_foreign(service, claims.run_id, run_id)
+            raise ApiError(403, "forbidden", "token is not valid for this run")
+
+    def route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                run_id = str(run_uuid(request.path_params["run"]))
+                authenticate(request, run_id)
+                return await handler(request, run_id)
+            except ApiError as exc:
+                return error_response(exc.status, exc.kind, exc.message, exc.hint)
+            except HoledgerError as exc:
+                status, kind = _status_of(exc)
+                return error_response(status, kind, exc.message, exc.hint)
+
+        return endpoint
+
+    async def info(request: Request, run_id: str) -> Response:
+        return JSONResponse(await run_in_threadpool(service.run_info, run_id))
+
+    async def post_candidate(request: Request, run_id: str) -> Response:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        parent = request.query_params.get("parent")
+        if ctype == "application/json":
+            body = await _json_body(request, MAX_BODY_BYTES)
+            if not isinstance(body, dict) or not isinstance(body.get("files"), dict):
+                raise ApiError(400, "invalid_request", 'expected {"files": {path: content}}')
+            parent = body.get("parent", parent)
+            files = read_file_map(body["files"], service.tree_limits)
+        elif ctype in ("application/gzip", "application/x-gzip", "application/x-tar"):
+            files = read_tar(await _body(request, MAX_BODY_BYTES), service.tree_limits)
+        else:
+            raise ApiError(415, "invalid_request", f"unsupported content type {ctype!r}")
+        if parent is not None and not isinstance(parent, str):
+            raise ApiError(400, "invalid_request", "parent must be a string")
+        result = await run_in_threadpool(service.commit_candidate, run_id, files, parent)
+        return JSONResponse(
+            {
+                "candidate": result.candidate,
+                "index": result.index,
+                "tree": result.tree,
+                "parent": result.parent,
+                "changed_paths": result.changed_paths,
+                "created": result.created,
+            },
+            status_code=201 if result.created else 200,
+        )
+
+    async def post_evaluation(request: Request, run_id: str) -> Response:
+        body = await _json_body(request, MAX_JSON_BYTES)
+        if not isinstance(body, dict):
+            raise ApiError(400, "invalid_request", "expected a JSON object")
+        candidate = body.get("candidate")
+        split = body.get("split")
+        case_ids = body.get("case_ids")
+        attempts = body.get("attempts", 1)
+        if not isinstance(candidate, str) or not isinstance(split, str):
+            raise ApiError(400, "invalid_request", "candidate and split are required strings")
+        if case_ids is not None and (
+            not isinstance(case_ids, list) or not all(isinstance(c, str) for c in case_ids)
+        ):
+            raise ApiError(400, "invalid_request", "case_ids must be a list of strings")
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            raise ApiError(400, "invalid_request", "attempts must be an integer")
+        if split not in ("dev", "val", "test"):
+            raise ApiError(400, "invalid_request", f"unknown split {split!r}")
+        result = await run_in_threadpool(
+            service.evaluate, run_id, candidate, split, case_ids, attempts
+        )
+        return JSONResponse(
+            {
+                "request_id": result.request_id,
+                "candidate": result.candidate,
+                "split": result.split,
+                "policy": result.policy,
+                "projection": result.projection,
+                "projection_digest": result.projection_digest,
+                "cost": result.cost,
+                "budget_used": result.budget_after,
+            }
+        )
+
+    async def get_blob(request: Request, run_id: str) -> Response:
+        digest = str(request.path_params["digest"])
+        if not _DIGEST.match(digest):
+            raise ApiError(400, "invalid_request", "a blob is named by its SHA-256 (hex)")
+        data = await run_in_threadpool(service.disclosed_blob, run_id, digest)
+        return Response(data, media_type="application/octet-stream")
+
+    async def post_nomination(request: Request, run_id: str) -> Response:
+        body = await _json_body(request, MAX_JSON_BYTES)
+        if not isinstance(body, dict) or not isinstance(body.get("candidate"), str):
+            raise ApiError(400, "invalid_request", 'expected {"candidate": ID}')
+        scored = await run_in_threadpool(service.nominate, run_id, body["candidate"])
+        return JSONResponse({"run_id": run_id, "nominated": scored.candidate, "state": "closed"})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    routes = [
+        Route("/healthz", health, methods=["GET"]),
+        Route("/v1/runs/{run}", route(info), methods=["GET"]),
+        Route("/v1/runs/{run}/candidates", route(post_candidate), methods=["POST"]),
+        Route("/v1/runs/{run}/evaluations", route(post_evaluation), methods=["POST"]),
+        Route("/v1/runs/{run}/blobs/{digest}", route(get_blob), methods=["GET"]),
+        Route("/v1/runs/{run}/nomination", route(post_nomination), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+async def _body(request: Request, cap: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise ApiError(413, "too_large", f"body over the {cap} byte cap")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise ApiError(413, "too_large", f"body over the {cap} byte cap")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _json_body(request: Request, cap: int) -> Any:
+    raw = await _body(request, cap)
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_request", "body is not JSON") from exc
+
+
+def _record_foreign(service: RunService, token_run: str, target_run: str) -> None:
+    """A live optimizer token used on another run: a safety violation of its own run."""
+    violation = SafetyViolation(
+        category="foreign_token",
+        detail=f"optimizer token used on run {target_run} through the server API",
+    )
+    try:
+        if not service.state(token_run).closed:
+            service.ledger.append(token_run, "SafetyViolation", violation, "server")
+    except HoledgerError:
+        pass  # a closed or missing run: the refusal stands without the record

@@ -1,0 +1,298 @@
+"""The protocol's pure rules: cost, budget gate, request validity, disclosure, gain.
+
+Every function here is pure (no I/O, no clock, no randomness). The server calls them to
+*decide* and replay calls the same functions on the recorded events to *check* each
+decision, so a recorded decision is right exactly when re-running the rule on what the
+log says gives the same answer.
+
+Definitions (HarnessOpt-Bench):
+
+* cost of a request: ``calls = 1`` and ``case_passes = |Q| * attempts / |split|``, an
+  exact rational (one case-pass is one evaluation of every case of the split once);
+* budget use: per search split (dev, val) the sums of calls and case-passes of every
+  *accepted* request; test-split scoring is not charged to the search budget;
+* disclosure: dev ``per_case`` (per case: scores, answers, trace digests), val
+  ``aggregate`` (case count, trial count, mean only), test ``none`` (never projected);
+* E(H+) = mean over cases of the mean over the K attempts of that case;
+* g = (E(H+) - E(H0)) / (1 - E(H0)), undefined (None) when E(H0) = 1.
+
+Recording conventions that replay (holedger/replay/) checks:
+
+* requests are decided in log order: ``budget_before`` is the use folded from every
+  accepted request before it, a rejection's ``reason`` contains the rule's reason;
+* a request's trials are its case ids x attempts, attempts numbered ``0..attempts-1``,
+  all recorded before its one DisclosureProjected (none for the test split);
+* the answer blob (``answer_digest``) holds :func:`answer_bytes` of the parsed answer;
+* held-out scoring comes after CandidateNominated: the nominated candidate's trials on
+  every test case, attempts ``0..K-1``, either under an accepted EvaluationRequested on
+  the test split (``request_problem`` with ``nominated=True``; not charged) or with a
+  request id of their own; then RunScored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from holedger.errors import PolicyError
+from holedger.schemas.canonical import canonical_json, rational_to_str
+from holedger.schemas.events import (
+    BudgetUse,
+    BudgetVector,
+    CaseCost,
+    DisclosurePolicy,
+    SplitUse,
+    TaskTerms,
+    TrialCompleted,
+)
+
+SEARCH_SPLITS = ("dev", "val")
+
+
+# --------------------------------------------------------------------------- cost and budget
+
+
+def request_cost(split_size: int, n_cases: int, attempts: int) -> CaseCost:
+    """The cost vector of one request: 1 call and ``n_cases * attempts / split_size``."""
+    if split_size < 1:
+        raise PolicyError(f"split size {split_size} is not positive")
+    return CaseCost(calls=1, case_passes=Fraction(n_cases * attempts, split_size))
+
+
+def no_use() -> BudgetUse:
+    """Budget use before the first request."""
+    zero = SplitUse(calls=0, case_passes=Fraction(0))
+    return BudgetUse(dev=zero, val=zero)
+
+
+def add_use(used: BudgetUse, split: str, cost: CaseCost) -> BudgetUse:
+    """``used`` plus an accepted request's ``cost`` on ``split`` (test is not charged)."""
+    if split not in SEARCH_SPLITS:
+        return used
+    before: SplitUse = getattr(used, split)
+    after = SplitUse(
+        calls=before.calls + cost.calls, case_passes=before.case_passes + cost.case_passes
+    )
+    return used.model_copy(update={split: after})
+
+
+def budget_decision(
+    budget: BudgetVector, used: BudgetUse, split: str, cost: CaseCost
+) -> str | None:
+    """None when every budget component of ``split`` still fits after adding ``cost``.
+
+    Otherwise the reason, naming the first component that would be overspent.
+    """
+    if split not in SEARCH_SPLITS:
+        return None
+    limit = getattr(budget, split)
+    spent: SplitUse = getattr(used, split)
+    if spent.calls + cost.calls > limit.calls:
+        return (
+            f"{split} calls budget exceeded: {spent.calls} used + {cost.calls} "
+            f"> limit {limit.calls}"
+        )
+    if spent.case_passes + cost.case_passes > limit.case_passes:
+        return (
+            f"{split} case_passes budget exceeded: {rational_to_str(spent.case_passes)} used + "
+            f"{rational_to_str(cost.case_passes)} > limit {rational_to_str(limit.case_passes)}"
+        )
+    return None
+
+
+def request_problem(
+    terms: TaskTerms,
+    split: str,
+    case_ids: list[str],
+    attempts: int,
+    *,
+    nominated: bool,
+    known_cases: set[str] | None,
+) -> str | None:
+    """Why a request is invalid regardless of budget, or None when it is well-formed.
+
+    The test split is only evaluated after nomination, K attempts per case (held-out
+    scoring); val requests need at least ``min_aggregate_cases`` distinct cases so an
+    aggregate cannot be narrowed to one case; ``known_cases`` (the split's case ids, when
+    the caller knows them) rejects unknown ids.
+    """
+    if split not in ("dev", "val", "test"):
+        return f"unknown split {split!r}"
+    if attempts < 1:
+        return f"attempts must be at least 1, got {attempts}"
+    if not case_ids:
+        return "no cases requested"
+    repeated = sorted(c for c, n in Counter(case_ids).items() if n > 1)
+    if repeated:
+        return f"case {repeated[0]} requested more than once"
+    if split == "test":
+        if not nominated:
+            return "the test split is closed until a candidate is nominated"
+        if attempts != terms.k:
+            return f"held-out scoring uses K={terms.k} attempts, not {attempts}"
+    if known_cases is not None:
+        unknown = sorted(set(case_ids) - known_cases)
+        if unknown:
+            return f"case {unknown[0]} is not in the {split} split"
+    if split == "val" and len(case_ids) < terms.disclosure.min_aggregate_cases:
+        return (
+            f"val requests need at least {terms.disclosure.min_aggregate_cases} cases "
+            f"(aggregate disclosure), got {len(case_ids)}"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- disclosure
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """What disclosure may draw from one trial.
+
+    ``answer`` is the harness's parsed JSON answer: the blob named by ``answer_digest``
+    holds its canonical JSON bytes (:func:`answer_bytes`).
+    """
+
+    case_id: str
+    attempt: int
+    score: Fraction
+    answer: Any | None = None
+    answer_digest: str | None = None
+    trace_digest: str | None = None
+    exit_status: int | None = None
+    timed_out: bool = False
+
+
+def answer_bytes(answer: Any) -> bytes:
+    """The bytes of the answer blob: canonical JSON of the parsed answer."""
+    return canonical_json(answer)
+
+
+def answer_digest(answer: Any) -> str:
+    """The SHA-256 of :func:`answer_bytes` (the TrialCompleted answer_digest)."""
+    return hashlib.sha256(answer_bytes(answer)).hexdigest()
+
+
+def trial_view(trial: TrialCompleted, answer: Any | None = None) -> TrialView:
+    """The TrialView of a recorded trial (the trace digest is the trial's trace_digest)."""
+    return TrialView(
+        case_id=trial.case_id,
+        attempt=trial.attempt,
+        score=trial.score,
+        answer=answer,
+        answer_digest=trial.answer_digest,
+        trace_digest=trial.trace_digest,
+        exit_status=trial.exit_status,
+        timed_out=trial.timed_out,
+    )
+
+
+def _by_case(trials: Iterable[TrialView]) -> dict[str, list[TrialView]]:
+    cases: dict[str, list[TrialView]] = {}
+    for trial in trials:
+        cases.setdefault(trial.case_id, []).append(trial)
+    for views in cases.values():
+        views.sort(key=lambda t: t.attempt)
+    return cases
+
+
+def project(
+    split: str, policy: DisclosurePolicy, trials: Sequence[TrialView]
+) -> tuple[str, dict[str, Any]]:
+    """The disclosure projection of one request's trials: ``(policy name, body)``.
+
+    dev: ``("per_case", {"cases": {id: {"mean", "trials": [...]}}, "trials": t})``, each
+    trial with attempt, score, answer, answer_digest, trace_digest, exit_status,
+    timed_out. val: ``("aggregate", {"cases": n, "trials": t, "mean": "<rational>"})``
+    with mean = mean over cases of each case's mean score; refused below
+    ``min_aggregate_cases`` cases. test: refused (never projected).
+    """
+    if not trials:
+        raise PolicyError("no trials to project")
+    cases = _by_case(trials)
+    if split == "dev":
+        body: dict[str, Any] = {
+            "cases": {
+                case_id: {
+                    "mean": rational_to_str(mean([t.score for t in views])),
+                    "trials": [_trial_body(t) for t in views],
+                }
+                for case_id, views in cases.items()
+            },
+            "trials": len(trials),
+        }
+        return policy.dev, body
+    if split == "val":
+        if len(cases) < policy.min_aggregate_cases:
+            raise PolicyError(
+                f"val aggregate over {len(cases)} cases is below the minimum "
+                f"{policy.min_aggregate_cases}"
+            )
+        overall = mean([mean([t.score for t in views]) for views in cases.values()])
+        return policy.val, {
+            "cases": len(cases),
+            "trials": len(trials),
+            "mean": rational_to_str(overall),
+        }
+    raise PolicyError(f"the {split} split is never disclosed")
+
+
+def _trial_body(trial: TrialView) -> dict[str, Any]:
+    return {
+        "attempt": trial.attempt,
+        "score": rational_to_str(trial.score),
+        "answer": trial.answer,
+        "answer_digest": trial.answer_digest,
+        "trace_digest": trial.trace_digest,
+        "exit_status": trial.exit_status,
+        "timed_out": trial.timed_out,
+    }
+
+
+def projection_digest(projection: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the projection body's canonical JSON."""
+    return hashlib.sha256(canonical_json(dict(projection))).hexdigest()
+
+
+# --------------------------------------------------------------------------- scores
+
+
+def mean(values: Sequence[Fraction]) -> Fraction:
+    """The exact arithmetic mean; ValueError on an empty sequence."""
+    if not values:
+        raise ValueError("mean of no values")
+    return Fraction(sum(values, Fraction(0))) / len(values)
+
+
+def expected_score(per_case: Mapping[str, Sequence[Fraction]]) -> Fraction:
+    """E(H): the mean over cases of the mean over that case's attempts."""
+    return mean([mean(list(scores)) for scores in per_case.values()])
+
+
+def normalized_gain(e_plus: Fraction, e0: Fraction) -> Fraction | None:
+    """g = (E(H+) - E(H0)) / (1 - E(H0)); None when E(H0) = 1 (no headroom)."""
+    if e0 == 1:
+        return None
+    return (e_plus - e0) / (1 - e0)
+
+
+__all__ = [
+    "TrialView",
+    "add_use",
+    "answer_bytes",
+    "answer_digest",
+    "budget_decision",
+    "expected_score",
+    "mean",
+    "no_use",
+    "normalized_gain",
+    "project",
+    "projection_digest",
+    "request_cost",
+    "request_problem",
+    "trial_view",
+]

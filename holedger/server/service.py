@@ -1,0 +1,762 @@
+"""The trusted server's operations: open a run, commit, evaluate, nominate and score.
+
+Every operation follows one pattern: fold the run's events into its current state
+(:class:`~holedger.server.state.StateCache`), decide with the pure rules
+(:mod:`holedger.server.rules`), and append the decision with ``expected_seq`` = the head
+it was decided on. When another writer (a thread, a process, the gateway) appended first,
+the ledger raises LedgerConflictError and the operation folds again and decides again, so
+the budget gate is atomic without any lock outside the ledger.
+
+Run lifecycle: RunOpened (task terms, task digest, pinned seed baseline), the seed as
+CandidateCommitted index 0, then any number of CandidateCommitted and EvaluationRequested
+(each accepted request followed by its TrialCompleted, SafetyViolation and one
+DisclosureProjected), then CandidateNominated, the held-out EvaluationRequested on the
+test split (K attempts per test case, outside the search budget) with its trials,
+RunScored and RunClosed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from holedger.config import Settings
+from holedger.errors import (
+    BudgetExceededError,
+    HoledgerError,
+    LedgerConflictError,
+    NotFoundError,
+    PolicyError,
+    UsageError,
+)
+from holedger.ledger.store import Ledger
+from holedger.schemas.canonical import canonical_json, rational_to_str
+from holedger.schemas.events import (
+    CandidateCommitted,
+    CandidateNominated,
+    CaseScores,
+    DisclosureProjected,
+    EvaluationRequested,
+    RunScored,
+    SafetyViolation,
+    SeedBaseline,
+    TokenUsage,
+    TrialCompleted,
+)
+from holedger.schemas.types import Role
+from holedger.server import rules
+from holedger.server.candidates import (
+    DEFAULT_LIMITS,
+    CandidateRefused,
+    CandidateRepo,
+    FileMap,
+    TreeLimits,
+    changed_paths,
+    entrypoint_problem,
+    immutable_violations,
+    read_directory,
+)
+from holedger.server.sandbox import Backend, Limits, get_backend
+from holedger.server.state import CandidateInfo, RunState, StateCache
+from holedger.server.taskview import CaseData, ServerTask, load_server_task
+from holedger.server.trials import TrialGateway, TrialOutcome, TrialPlan, TrialRunner
+
+BASELINE_OPTIMIZER = "seed-baseline"
+DEFAULT_WORKERS = 2
+MAX_DECIDE_ATTEMPTS = 200
+T = TypeVar("T")
+Item = tuple[str, BaseModel, Role]
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    run_id: str
+    task_id: str
+    seed_commit: str
+    optimizer_token: str
+    seed_baseline: SeedBaseline | None
+    backend: str
+
+
+@dataclass(frozen=True)
+class CommittedCandidate:
+    candidate: str
+    index: int
+    tree: str
+    parent: str | None
+    changed_paths: list[str]
+    created: bool  # False when the same tree and parent were committed before
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    request_id: str
+    candidate: str
+    split: str
+    policy: str
+    projection: dict[str, Any]
+    projection_digest: str
+    cost: dict[str, Any]
+    budget_after: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScoredRun:
+    run_id: str
+    candidate: str
+    k: int
+    e_h_plus: Fraction
+    e_h0: Fraction
+    g: Fraction | None
+    per_case: dict[str, list[Fraction]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "candidate": self.candidate,
+            "k": self.k,
+            "e_h_plus": rational_to_str(self.e_h_plus),
+            "e_h0": rational_to_str(self.e_h0),
+            "g": None if self.g is None else rational_to_str(self.g),
+            "per_case": {c: [rational_to_str(s) for s in v] for c, v in self.per_case.items()},
+        }
+
+
+@dataclass
+class RunConfig:
+    """Server-side settings of a run kept beside its repository (not evidence)."""
+
+    task: str
+    backend: str | None
+
+    @staticmethod
+    def path(settings: Settings, run_id: str) -> Path:
+        return settings.runs_dir / f"{run_id}.json"
+
+    def save(self, settings: Settings, run_id: str) -> None:
+        path = self.path(settings, run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": self.task, "backend": self.backend}) + "\n")
+
+    @classmethod
+    def load(cls, settings: Settings, run_id: str) -> RunConfig:
+        path = cls.path(settings, run_id)
+        if not path.exists():
+            raise NotFoundError(
+                f"run {run_id} has no server configuration in this home",
+                hint="operate on a run from the home that opened it",
+            )
+        data = json.loads(path.read_text())
+        return cls(task=str(data["task"]), backend=data.get("backend"))
+
+
+class RunService:
+    """The server's Python API. Thread-safe; one per process and ledger."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        *,
+        gateway: TrialGateway | Literal["auto"] | None = "auto",
+        workers: int = DEFAULT_WORKERS,
+        task_loader: Callable[[str], ServerTask] = load_server_task,
+        tree_limits: TreeLimits = DEFAULT_LIMITS,
+        default_backend: str | None = None,
+    ) -> None:
+        if workers < 1:
+            raise UsageError("workers must be at least 1")
+        self.settings = settings
+        self.ledger = ledger
+        self.states = StateCache(ledger)
+        self.workers = workers
+        self.task_loader = task_loader
+        self.tree_limits = tree_limits
+        self.default_backend = default_backend
+        self._gateway_choice = gateway
+        self._gateway: TrialGateway | None = None if gateway == "auto" else gateway
+        self._owned_gateway: Any = None
+        self._tasks: dict[str, ServerTask] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._owned_gateway is not None:
+            self._owned_gateway.close()
+            self._owned_gateway = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def task(self, ref: str) -> ServerTask:
+        with self._lock:
+            if ref not in self._tasks:
+                self._tasks[ref] = self.task_loader(ref)
+            return self._tasks[ref]
+
+    def run_task(self, run_id: str) -> ServerTask:
+        config = RunConfig.load(self.settings, run_id)
+        task = self.task(config.task)
+        opened = self.ledger.run_terms(run_id)
+        if task.digest != opened.task_digest:
+            raise PolicyError(
+                f"task {task.terms.task_id} changed since run {run_id} was opened "
+                f"(digest {task.digest[:12]} != {opened.task_digest[:12]})",
+                hint="restore the task as it was, or open a new run",
+            )
+        return task
+
+    def repo(self, run_id: str) -> CandidateRepo:
+        return CandidateRepo(self.settings.run_repo(run_id))
+
+    def gateway(self) -> TrialGateway | None:
+        if self._gateway_choice != "auto":
+            return self._gateway
+        with self._lock:
+            if self._gateway is None:
+                from holedger.server.gateway_link import GatewayLink, gateway_config
+
+                link = GatewayLink(self.ledger, gateway_config(self.settings))
+                self._gateway = self._owned_gateway = link
+            return self._gateway
+
+    def state(self, run_id: str) -> RunState:
+        return self.states.current(run_id)
+
+    def _decide(self, run_id: str, decide: Callable[[RunState], tuple[Sequence[Item], T]]) -> T:
+        """Fold, decide, append at the folded head; on a lost race fold and decide again."""
+        for _ in range(MAX_DECIDE_ATTEMPTS):
+            state = self.states.current(run_id)
+            items, result = decide(state)
+            if not items:
+                return result
+            try:
+                self.ledger.append_many(run_id, list(items), expected_seq=state.next_seq)
+                return result
+            except LedgerConflictError:
+                _forget_head(self.ledger, run_id)
+                continue
+        raise LedgerConflictError(f"run {run_id} is too busy to decide", hint="try again")
+
+    def _append(self, run_id: str, items: Sequence[Item]) -> None:
+        """Append facts that depend on no decision (trial results), retrying on races."""
+        for _ in range(MAX_DECIDE_ATTEMPTS):
+            try:
+                self.ledger.append_many(run_id, list(items))
+                return
+            except LedgerConflictError:
+                _forget_head(self.ledger, run_id)
+        raise LedgerConflictError(f"run {run_id} is too busy to append", hint="try again")
+
+    # ------------------------------------------------------------------ open
+
+    def open_run(
+        self,
+        task_ref: str,
+        *,
+        optimizer: str = "unnamed",
+        backend: str | None = None,
+        baseline: bool = True,
+    ) -> OpenedRun:
+        """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
+        task = self.task(task_ref)
+        backend = backend or self.default_backend
+        get_backend(backend)  # refuse an unavailable backend before anything is recorded
+        seed_files = read_directory(task.seed_dir, self.tree_limits)
+        seed_baseline = self.ensure_baseline(task_ref, backend=backend) if baseline else None
+        run_id = str(uuid.uuid4())
+        repo = self.repo(run_id)
+        seed = repo.commit(seed_files, None)
+        if seed.commit != task.terms.seed_commit:
+            raise PolicyError(
+                f"the seed folder of task {task.terms.task_id} commits to {seed.commit[:12]}, "
+                f"not the pinned {task.terms.seed_commit[:12]}",
+                hint="run 'holedger tasks verify' on the task",
+            )
+        problem = entrypoint_problem(seed_files, task.terms.entrypoint)
+        if problem:
+            raise PolicyError(f"seed harness of {task.terms.task_id}: {problem}")
+        RunConfig(task_ref, backend).save(self.settings, run_id)
+        self.ledger.open_run(
+            task.terms,
+            task_digest=task.digest,
+            optimizer=optimizer,
+            seed_baseline=seed_baseline,
+            run_id=run_id,
+        )
+        committed = CandidateCommitted(
+            candidate=seed.commit,
+            index=0,
+            tree=seed.tree,
+            parent=None,
+            changed_paths=sorted(seed_files),
+            immutable_ok=True,
+        )
+        self._append(run_id, [("CandidateCommitted", committed, "server")])
+        from holedger.gateway.tokens import TokenRegistry
+
+        token = TokenRegistry(self.ledger.app.engine).issue_optimizer_token(run_id)
+        return OpenedRun(
+            run_id, task.terms.task_id, seed.commit, token, seed_baseline, backend or "default"
+        )
+
+    # ------------------------------------------------------------------ commit
+
+    def commit_candidate(
+        self, run_id: str, source: Path | FileMap, parent: str | None = None
+    ) -> CommittedCandidate:
+        """Commit a candidate tree (a folder or a file map); refuse it with nothing recorded
+        when it breaks a rule (see :mod:`holedger.server.candidates`)."""
+        state = self.states.current(run_id)
+        _open_for_search(state)
+        task = self.run_task(run_id)
+        files = read_directory(source, self.tree_limits) if isinstance(source, Path) else source
+        problem = entrypoint_problem(files, task.terms.entrypoint)
+        if problem:
+            raise CandidateRefused(problem, hint="keep the task's entrypoint module")
+        parent_id = state.seed_commit
+        if parent is not None:
+            resolved = state.resolve_candidate(parent)
+            if resolved is None:
+                raise NotFoundError(f"no committed candidate {parent} in run {run_id}")
+            parent_id = resolved
+        repo = self.repo(run_id)
+        seed_listing = repo.listing(state.seed_commit)
+        # Build the tree in the object store (unreferenced until accepted) to compare it.
+        commit = repo.commit(files, parent_id, keep=False)
+        listing = repo.listing(commit.commit)
+        violations = immutable_violations(seed_listing, listing, task.terms.immutable_paths)
+        if violations:
+            raise CandidateRefused(
+                f"candidate changes immutable paths: {', '.join(violations[:5])}",
+                hint="restore the task's immutable files as in the seed",
+            )
+        changed = changed_paths(repo.listing(parent_id), listing)
+
+        def decide(st: RunState) -> tuple[list[Item], CommittedCandidate]:
+            known = st.candidates.get(commit.commit)
+            if known is not None:
+                return [], CommittedCandidate(
+                    known.commit, known.index, known.tree, known.parent, changed, False
+                )
+            payload = CandidateCommitted(
+                candidate=commit.commit,
+                index=len(st.candidates),
+                tree=commit.tree,
+                parent=parent_id,
+                changed_paths=changed,
+                immutable_ok=True,
+            )
+            result = CommittedCandidate(
+                commit.commit, payload.index, commit.tree, parent_id, changed, True
+            )
+            return [("CandidateCommitted", payload, "server")], result
+
+        result = self._decide(run_id, decide)
+        repo.keep(result.candidate)
+        return result
+
+    # ------------------------------------------------------------------ evaluate
+
+    def evaluate(
+        self,
+        run_id: str,
+        candidate: str,
+        split: str,
+        case_ids: Sequence[str] | None = None,
+        attempts: int = 1,
+    ) -> Evaluation:
+        """A budgeted evaluation: gate, record, run the trials, project, return the projection.
+
+        A request refused by the rules or the budget is recorded (decision "rejected" with
+        the reason) and raised as PolicyError / BudgetExceededError.
+        """
+        if split not in ("dev", "val", "test"):
+            raise UsageError(f"unknown split {split!r}", hint="use dev or val")
+        state = self.states.current(run_id)
+        _open_for_search(state)
+        commit = state.resolve_candidate(candidate)
+        if commit is None:
+            raise NotFoundError(
+                f"no committed candidate {candidate!r} in run {run_id}",
+                hint="commit it first, or give 'seed' or a unique commit prefix",
+            )
+        task = self.run_task(run_id)
+        terms = task.terms
+        split_cases = {c.id: c for c in task.cases(split)}
+        ids = list(case_ids) if case_ids else list(split_cases)
+        unknown = sorted(set(ids) - set(split_cases))
+        if unknown:
+            # Not recorded: replay cannot re-check membership without the task's case list,
+            # so a request naming unknown cases is malformed, not a protocol decision.
+            raise NotFoundError(
+                f"case {unknown[0]} is not in the {split} split",
+                hint="GET the run for the dev and val case ids",
+            )
+        request_id = f"req-{uuid.uuid4().hex[:16]}"
+        cost = rules.request_cost(terms.split_sizes[split], len(ids), attempts)  # type: ignore[index]
+
+        def decide(st: RunState) -> tuple[list[Item], EvaluationRequested]:
+            if st.closed or st.nominated is not None:
+                raise PolicyError(f"run {run_id} has a nomination; no more search requests")
+            reason = rules.request_problem(
+                terms, split, ids, attempts, nominated=False, known_cases=None
+            ) or rules.budget_decision(terms.budget, st.used, split, cost)
+            payload = EvaluationRequested(
+                request_id=request_id,
+                candidate=commit,
+                split=split,
+                case_ids=ids,
+                attempts=attempts,
+                cost=cost,
+                budget_before=st.used,
+                decision="rejected" if reason else "accepted",
+                reason=reason,
+            )
+            return [("EvaluationRequested", payload, "server")], payload
+
+        request = self._decide(run_id, decide)
+        if request.decision == "rejected":
+            reason = request.reason or "rejected"
+            error = BudgetExceededError if "budget exceeded" in reason else PolicyError
+            raise error(f"request {request_id} rejected: {reason}", hint=_hint_for(reason))
+        outcomes = self._run_trials(run_id, task, request, split_cases)
+        views = [rules.trial_view(o.completed, o.answer) for o in outcomes]
+        policy, body = rules.project(split, terms.disclosure, views)
+        digest = rules.projection_digest(body)
+        projected = DisclosureProjected(
+            request_id=request_id,
+            split=split,
+            policy=policy,
+            projection=body,
+            projection_digest=digest,
+        )
+        self._append(
+            run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
+        )
+        after = rules.add_use(request.budget_before, split, cost)
+        return Evaluation(
+            request_id=request_id,
+            candidate=commit,
+            split=split,
+            policy=policy,
+            projection=body,
+            projection_digest=digest,
+            cost=cost.model_dump(mode="json"),
+            budget_after=after.model_dump(mode="json"),
+        )
+
+    def _run_trials(
+        self,
+        run_id: str,
+        task: ServerTask,
+        request: EvaluationRequested,
+        cases: dict[str, CaseData],
+    ) -> list[TrialOutcome]:
+        config = RunConfig.load(self.settings, run_id)
+        backend = get_backend(config.backend)
+        runner = TrialRunner(
+            ledger=self.ledger,
+            repo=self.repo(run_id),
+            backend=backend,
+            entrypoint=task.terms.entrypoint,
+            model=task.model,
+            limits=Limits(wall_s=float(task.terms.case_timeout_s)),
+            verify=task.verify,
+            gateway=self.gateway() if task.terms.models else None,
+        )
+        plans = [
+            TrialPlan(
+                run_id=run_id,
+                request_id=request.request_id,
+                trial_id=f"{request.request_id}-{index:04d}",
+                candidate=request.candidate,
+                split=request.split,
+                case_id=case_id,
+                attempt=attempt,
+                case_input=cases[case_id].input,
+            )
+            for index, (case_id, attempt) in enumerate(
+                (c, a) for c in request.case_ids for a in range(request.attempts)
+            )
+        ]
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial") as pool:
+            return list(pool.map(lambda p: _run_one(runner, backend, p), plans))
+
+    # ------------------------------------------------------------------ nominate
+
+    def nominate(self, run_id: str, candidate: str) -> ScoredRun:
+        """Nominate once, score the candidate on every test case K times, close the run."""
+        opened = self.ledger.run_terms(run_id)
+        task = self.run_task(run_id)
+        terms = task.terms
+
+        def decide(st: RunState) -> tuple[list[Item], str]:
+            if st.nominated is not None or st.closed:
+                raise PolicyError(
+                    f"run {run_id} already has a nomination ({(st.nominated or '?')[:12]})",
+                    hint="a run nominates exactly once",
+                )
+            commit = st.resolve_candidate(candidate)
+            if commit is None:
+                raise NotFoundError(f"no committed candidate {candidate!r} in run {run_id}")
+            return [("CandidateNominated", CandidateNominated(candidate=commit), "server")], commit
+
+        commit = self._decide(run_id, decide)
+        test_cases = {c.id: c for c in task.cases("test")}
+        ids = list(test_cases)
+        request_id = f"heldout-{uuid.uuid4().hex[:12]}"
+        cost = rules.request_cost(terms.split_sizes["test"], len(ids), terms.k)
+
+        def held_out(st: RunState) -> tuple[list[Item], EvaluationRequested]:
+            reason = rules.request_problem(
+                terms, "test", ids, terms.k, nominated=True, known_cases=set(test_cases)
+            )
+            if reason:
+                raise PolicyError(f"held-out scoring impossible: {reason}")
+            payload = EvaluationRequested(
+                request_id=request_id,
+                candidate=commit,
+                split="test",
+                case_ids=ids,
+                attempts=terms.k,
+                cost=cost,
+                budget_before=st.used,
+                decision="accepted",
+            )
+            return [("EvaluationRequested", payload, "server")], payload
+
+        request = self._decide(run_id, held_out)
+        outcomes = self._run_trials(run_id, task, request, test_cases)
+        per_case: dict[str, list[Fraction]] = {c: [] for c in ids}
+        for outcome in sorted(outcomes, key=lambda o: (o.completed.case_id, o.completed.attempt)):
+            per_case[outcome.completed.case_id].append(outcome.completed.score)
+        e_plus = rules.expected_score(per_case)
+        if opened.seed_baseline is not None:
+            e0 = opened.seed_baseline.e_h0
+        elif opened.optimizer == BASELINE_OPTIMIZER:
+            e0 = e_plus  # the baseline run measures E(H0) itself
+        else:
+            raise PolicyError(f"run {run_id} has no pinned seed baseline to score against")
+        gain = rules.normalized_gain(e_plus, e0)
+        scored = RunScored(
+            candidate=commit,
+            k=terms.k,
+            per_case=[CaseScores(case_id=c, scores=s) for c, s in per_case.items()],
+            e_h_plus=e_plus,
+            e_h0=e0,
+            g=gain,
+        )
+        self._append(run_id, [*_trial_items(outcomes), ("RunScored", scored, "server")])
+        result = ScoredRun(run_id, commit, terms.k, e_plus, e0, gain, per_case)
+        summary = {k: v for k, v in result.as_json().items() if k != "per_case"}
+        for _ in range(MAX_DECIDE_ATTEMPTS):
+            try:
+                self.ledger.close_run(run_id, "completed", summary)
+                break
+            except LedgerConflictError:
+                _forget_head(self.ledger, run_id)
+        return result
+
+    # ------------------------------------------------------------------ baseline
+
+    def baseline_path(self, task: ServerTask) -> Path:
+        return self.settings.home / "baselines" / f"{task.digest}.json"
+
+    def ensure_baseline(self, task_ref: str, *, backend: str | None = None) -> SeedBaseline:
+        """The task's pinned E(H0): read from the home and re-checked against its baseline
+        run in the ledger, or computed once by a baseline run of its own."""
+        task = self.task(task_ref)
+        path = self.baseline_path(task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(path.with_suffix(".lock")):
+            known = self._read_baseline(task, path)
+            if known is not None:
+                return known
+            opened = self.open_run(
+                task_ref, optimizer=BASELINE_OPTIMIZER, backend=backend, baseline=False
+            )
+            scored = self.nominate(opened.run_id, "seed")
+            baseline = SeedBaseline(
+                e_h0=scored.e_h_plus,
+                k=scored.k,
+                baseline_run_id=opened.run_id,
+                per_case_digest=_per_case_digest(scored.per_case),
+            )
+            record = {"task_digest": task.digest, **baseline.model_dump(mode="json")}
+            path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            return baseline
+
+    def _read_baseline(self, task: ServerTask, path: Path) -> SeedBaseline | None:
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        data.pop("task_digest", None)
+        baseline = SeedBaseline.model_validate(data)
+        run_id = baseline.baseline_run_id
+        if run_id is None or not self.ledger.has_run(run_id):
+            return None
+        opened = self.ledger.run_terms(run_id)
+        if opened.task_digest != task.digest:
+            return None
+        for rec in self.ledger.records(run_id):
+            if rec.type == "RunScored":
+                scored = RunScored.model_validate(rec.payload)
+                ok = scored.e_h_plus == baseline.e_h0 and scored.k == baseline.k
+                return baseline if ok else None
+        return None
+
+    # ------------------------------------------------------------------ reading
+
+    def run_info(self, run_id: str) -> dict[str, Any]:
+        """What the optimizer may know about its run (no test data)."""
+        state = self.states.current(run_id)
+        task = self.run_task(run_id)
+        terms = task.terms
+        dev = task.cases("dev")
+        val = task.cases("val")
+        remaining = {}
+        for split in ("dev", "val"):
+            limit = getattr(terms.budget, split)
+            used = getattr(state.used, split)
+            remaining[split] = {
+                "calls": limit.calls - used.calls,
+                "case_passes": rational_to_str(limit.case_passes - used.case_passes),
+            }
+        return {
+            "run_id": run_id,
+            "task_id": terms.task_id,
+            "model": task.model,
+            "entrypoint": terms.entrypoint,
+            "immutable_paths": terms.immutable_paths,
+            "state": "closed" if state.closed else "nominated" if state.nominated else "open",
+            "seed": state.seed_commit,
+            "dev": {"case_ids": [c.id for c in dev], "inputs": {c.id: c.input for c in dev}},
+            "val": {"case_ids": [c.id for c in val]},
+            "split_sizes": {"dev": len(dev), "val": len(val)},
+            "disclosure": terms.disclosure.model_dump(mode="json"),
+            "budget": terms.budget.model_dump(mode="json", include={"dev", "val"}),
+            "budget_used": state.used.model_dump(mode="json"),
+            "budget_remaining": remaining,
+            "candidates": [
+                {"candidate": c.commit, "index": c.index, "parent": c.parent}
+                for c in sorted(state.candidates.values(), key=lambda c: c.index)
+            ],
+            "nominated": state.nominated,
+        }
+
+    def disclosed_blob(self, run_id: str, digest: str) -> bytes:
+        """A blob this run's optimizer was shown (by digest in a projection); else NotFound."""
+        state = self.states.current(run_id)
+        if digest not in state.disclosed:
+            raise NotFoundError(f"no disclosed blob {digest[:16]} in run {run_id}")
+        return self.ledger.get_blob(digest)
+
+    def candidate_info(self, run_id: str, ref: str) -> CandidateInfo:
+        state = self.states.current(run_id)
+        commit = state.resolve_candidate(ref)
+        if commit is None:
+            raise NotFoundError(f"no committed candidate {ref!r} in run {run_id}")
+        return state.candidates[commit]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _open_for_search(state: RunState) -> None:
+    if state.closed:
+        raise PolicyError(f"run {state.run_id} is closed")
+    if state.nominated is not None:
+        raise PolicyError(
+            f"run {state.run_id} has nominated {state.nominated[:12]}; the search is over"
+        )
+
+
+def _hint_for(reason: str) -> str:
+    if "budget exceeded" in reason:
+        return "see the remaining budget with 'holedger run show' or GET the run"
+    if "test split" in reason:
+        return "the test split is only scored after 'holedger nominate'"
+    return "fix the request"
+
+
+def _run_one(runner: TrialRunner, backend: Backend, plan: TrialPlan) -> TrialOutcome:
+    """Run one trial; a sandbox failure is recorded as a failed trial, never lost."""
+    try:
+        return runner.run(plan)
+    except HoledgerError as exc:
+        detail = exc.one_line()
+    except Exception as exc:  # the trial must be recorded whatever broke
+        detail = f"{type(exc).__name__}: {exc}"
+    completed = TrialCompleted(
+        request_id=plan.request_id,
+        trial_id=plan.trial_id,
+        candidate=plan.candidate,
+        split=plan.split,
+        case_id=plan.case_id,
+        attempt=plan.attempt,
+        backend=backend.name,
+        isolation="none",
+        limits=runner.limits.as_record(),
+        exit_status=None,
+        timed_out=False,
+        oom=False,
+        wall_ms=0,
+        answer_digest=None,
+        output_digest=None,
+        trace_digest=None,
+        score=Fraction(0),
+        tokens=TokenUsage(),
+        gateway_calls=0,
+    )
+    violation = SafetyViolation(category="sandbox_error", trial_id=plan.trial_id, detail=detail)
+    return TrialOutcome(completed, [violation], None)
+
+
+def _trial_items(outcomes: Sequence[TrialOutcome]) -> list[Item]:
+    items: list[Item] = []
+    for outcome in outcomes:
+        items.append(("TrialCompleted", outcome.completed, "server"))
+        items.extend(("SafetyViolation", v, "server") for v in outcome.violations)
+    return items
+
+
+def _per_case_digest(per_case: dict[str, list[Fraction]]) -> str:
+    body = [
+        {"case_id": c, "scores": [rational_to_str(s) for s in scores]}
+        for c, scores in per_case.items()
+    ]
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def _forget_head(ledger: Ledger, run_id: str) -> None:
+    """Drop the ledger's cached stream head after a lost race, so the retry re-reads it.
+
+    The store keeps a per-process head cache; when another process appended first, the
+    cache is stale and must be re-read before the next attempt.
+    """
+    heads = getattr(ledger, "_heads", None)
+    lock = getattr(ledger, "_lock", None)
+    if isinstance(heads, dict) and lock is not None:
+        with lock:
+            heads.pop(run_id, None)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

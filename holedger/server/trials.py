@@ -1,0 +1,225 @@
+"""Running one trial: a candidate on one case, in a sandbox, scored outside it.
+
+The candidate tree is checked out read-only into a private temporary folder; the case's
+input goes to the entrypoint's stdin as JSON; the environment holds only
+``HOLEDGER_MODEL`` and, when a gateway is attached, ``OPENAI_BASE_URL`` (a loopback port
+relayed by the sandbox to a unix socket the gateway opened for this trial alone) and
+``OPENAI_API_KEY`` (a token for this trial alone, revoked when the trial ends). The answer
+is parsed from stdout and scored by the task's verifier in this (trusted) process.
+
+Answers are JSON. So that they can be hashed and shown as canonical JSON (which holds no
+floats), a number with a fraction or exponent is kept as its source text (a string), and
+an integer beyond 2**53 likewise; the verifier sees the answer as parsed normally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Protocol
+
+from holedger.errors import CanonicalError
+from holedger.ledger.store import Ledger
+from holedger.schemas.canonical import MAX_SAFE_INTEGER, canonical_json
+from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
+from holedger.server import rules
+from holedger.server.candidates import CandidateRepo, remove_tree
+from holedger.server.sandbox import Backend, Limits, SandboxResult, SandboxSpec
+
+MAX_ANSWER_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One trial to run: which request, case and attempt."""
+
+    run_id: str
+    request_id: str
+    trial_id: str
+    candidate: str
+    split: str
+    case_id: str
+    attempt: int
+    case_input: Any
+
+
+@dataclass(frozen=True)
+class GatewayUsage:
+    tokens: TokenUsage
+    calls: int
+
+
+@dataclass
+class TrialAccess:
+    """What a trial gets from the gateway: a token and a socket; usage filled at the end."""
+
+    token: str
+    socket: Path
+    usage: GatewayUsage = field(default_factory=lambda: GatewayUsage(TokenUsage(), 0))
+
+
+class TrialGateway(Protocol):
+    """The model gateway as trials see it (see :mod:`holedger.server.gateway_link`)."""
+
+    def trial(
+        self, plan: TrialPlan, workdir: Path
+    ) -> contextlib.AbstractContextManager[TrialAccess]: ...
+
+
+@dataclass
+class TrialOutcome:
+    """A finished trial: the TrialCompleted payload and its safety observations."""
+
+    completed: TrialCompleted
+    violations: list[SafetyViolation]
+    answer: Any | None
+
+
+def parse_answer(stdout: bytes) -> tuple[Any | None, Any | None]:
+    """(answer as the verifier sees it, answer as recorded) or (None, None)."""
+    text = stdout.strip()
+    if not text or len(text) > MAX_ANSWER_BYTES:
+        return None, None
+    # A harness may log before its answer: the answer is the last non-empty line when the
+    # whole output is not one JSON document.
+    candidates = [text]
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:
+        candidates.append(lines[-1])
+    for chunk in candidates:
+        try:
+            natural = json.loads(chunk)
+            recorded = json.loads(chunk, parse_float=str, parse_int=_safe_int)
+            canonical_json(recorded)
+        except (ValueError, CanonicalError, RecursionError):
+            continue
+        return natural, recorded
+    return None, None
+
+
+def _safe_int(text: str) -> int | str:
+    value = int(text)
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else text
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class TrialRunner:
+    """Runs trials of one run's candidates; thread-safe (each trial has its own folder)."""
+
+    ledger: Ledger
+    repo: CandidateRepo
+    backend: Backend
+    entrypoint: list[str]
+    model: str
+    limits: Limits
+    verify: Callable[[str, Any], Fraction]
+    gateway: TrialGateway | None = None
+    relay_port: int | None = None
+
+    def run(self, plan: TrialPlan) -> TrialOutcome:
+        with tempfile.TemporaryDirectory(prefix="holedger-trial-") as tmp:
+            work = Path(tmp)
+            code = self.repo.checkout(plan.candidate, work / "code")
+            try:
+                return self._run_in(plan, work, code)
+            finally:
+                remove_tree(code)
+
+    def _run_in(self, plan: TrialPlan, work: Path, code: Path) -> TrialOutcome:
+        stdin = (
+            canonical_json(plan.case_input)
+            if _canonical_ok(plan.case_input)
+            else (json.dumps(plan.case_input).encode())
+        )
+        env = {"HOLEDGER_MODEL": self.model}
+        with self._access(plan, work) as access:
+            relays: dict[int, Path] = {}
+            if access is not None:
+                port = self.relay_port or free_port()
+                relays[port] = access.socket
+                env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
+                env["OPENAI_API_KEY"] = access.token
+            spec = SandboxSpec(
+                code_dir=code,
+                argv=list(self.entrypoint),
+                stdin=stdin + b"\n",
+                env=env,
+                relays=relays,
+                limits=self.limits,
+                label=plan.trial_id,
+            )
+            result = self.backend.run(spec)
+        usage = access.usage if access is not None else GatewayUsage(TokenUsage(), 0)
+        return self._outcome(plan, result, usage)
+
+    @contextlib.contextmanager
+    def _access(self, plan: TrialPlan, work: Path) -> Iterator[TrialAccess | None]:
+        if self.gateway is None:
+            yield None
+            return
+        with self.gateway.trial(plan, work) as access:
+            yield access
+
+    def _outcome(self, plan: TrialPlan, result: SandboxResult, usage: GatewayUsage) -> TrialOutcome:
+        natural, recorded = parse_answer(result.stdout)
+        score = Fraction(0)
+        answer_digest = None
+        if recorded is not None:
+            answer_digest = self.ledger.put_blob(rules.answer_bytes(recorded))
+            score = Fraction(self.verify(plan.case_id, natural))
+            if not 0 <= score <= 1:
+                raise ValueError(f"verifier scored {score} outside [0, 1]")
+        output_digest = self.ledger.put_blob(result.stdout)
+        trace_digest = self.ledger.put_blob(result.stderr)
+        completed = TrialCompleted(
+            request_id=plan.request_id,
+            trial_id=plan.trial_id,
+            candidate=plan.candidate,
+            split=plan.split,
+            case_id=plan.case_id,
+            attempt=plan.attempt,
+            backend=result.backend,
+            isolation=result.isolation,
+            limits=self.limits.as_record(),
+            exit_status=result.exit_status,
+            timed_out=result.timed_out,
+            oom=result.oom,
+            wall_ms=max(0, result.wall_ms),
+            cpu_ms=result.cpu_ms,
+            answer_digest=answer_digest,
+            output_digest=output_digest,
+            trace_digest=trace_digest,
+            score=score,
+            tokens=usage.tokens,
+            gateway_calls=usage.calls,
+        )
+        violations = [
+            SafetyViolation(
+                category=obs.category,
+                trial_id=plan.trial_id,
+                detail=obs.detail[:2000],
+                evidence_digest=trace_digest,
+            )
+            for obs in result.observations
+        ]
+        return TrialOutcome(completed, violations, recorded)
+
+
+def _canonical_ok(value: Any) -> bool:
+    try:
+        canonical_json(value)
+    except CanonicalError:
+        return False
+    return True

@@ -1,0 +1,110 @@
+"""Seed harness for officeqa-lite: answers one question about the company reports.
+
+Reads one case as JSON on stdin ({"question": ...}), asks the target model through the
+OpenAI-compatible endpoint in OPENAI_BASE_URL, and prints {"answer": ...} on stdout.
+Deliberately naive: it is the starting point that an optimizer improves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from openai import OpenAI
+
+CORPUS_DIR = Path(__file__).resolve().parent.parent / "corpus"
+MODEL = os.environ.get("HOLEDGER_MODEL", "holedger-sim-1")
+
+# --- prompt
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+# --- answer format
+ANSWER_INSTRUCTIONS = ""
+
+# --- step cap
+MAX_STEPS = 3
+
+# --- retry and timeout policy
+MAX_RETRIES = 0
+TIMEOUT_S = 30.0
+
+# --- reasoning effort
+REASONING_EFFORT: str | None = None
+
+# --- tool schema
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search.",
+            "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}},
+                "required": ["q"],
+            },
+        },
+    }
+]
+
+
+def load_corpus() -> dict[str, str]:
+    return {path.stem: path.read_text() for path in sorted(CORPUS_DIR.glob("*.txt"))}
+
+
+# --- retrieval policy
+def search(query: str, corpus: dict[str, str]) -> str:
+    """Rank documents by how many query words they contain; return the top two, clipped."""
+    words = {w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 2}
+    ranked = sorted(corpus, key=lambda name: -sum(w in corpus[name].lower() for w in words))
+    return "\n\n".join(corpus[name][:700] for name in ranked[:2])
+
+
+# --- context management
+def add_tool_result(messages: list[dict[str, object]], call_id: str, result: str) -> None:
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+
+
+# --- answer extraction
+def extract_answer(text: str) -> str:
+    """The last word of the reply, without a trailing full stop."""
+    words = text.strip().split()
+    return words[-1].rstrip(".") if words else ""
+
+
+def run(case: dict[str, object]) -> str:
+    client = OpenAI(max_retries=MAX_RETRIES, timeout=TIMEOUT_S)
+    corpus = load_corpus()
+    system = SYSTEM_PROMPT + ANSWER_INSTRUCTIONS
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": str(case["question"])},
+    ]
+    extra: dict[str, object] = {}
+    if REASONING_EFFORT:
+        extra["reasoning_effort"] = REASONING_EFFORT
+    for _ in range(MAX_STEPS):
+        response = client.chat.completions.create(
+            model=MODEL, messages=messages, tools=TOOLS, **extra
+        )
+        message = response.choices[0].message
+        if not message.tool_calls:
+            return extract_answer(message.content or "")
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            arguments = json.loads(call.function.arguments or "{}")
+            query = str(next(iter(arguments.values()), ""))
+            add_tool_result(messages, call.id, search(query, corpus))
+    return ""
+
+
+def main() -> None:
+    case = json.load(sys.stdin)
+    print(json.dumps({"answer": run(case)}))
+
+
+if __name__ == "__main__":
+    main()

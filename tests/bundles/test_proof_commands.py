@@ -1,0 +1,227 @@
+"""prove / verify-proof, checkpoint show / cosign / witness-key, attest: end to end."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from holedger.cli import cli
+from holedger.ledger.note import parse_note, parse_tlog_proof
+from holedger.ledger.records import parse_record
+from holedger.schemas.events import SafetyViolation
+
+from .conftest import SampleRun, sha, terms
+
+
+def run(sample: SampleRun, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--home", str(sample.settings.home), *args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def vkey(sample: SampleRun) -> str:
+    return sample.key.public.vkey()
+
+
+def test_inclusion_proof_for_every_event_under_the_final_checkpoint(
+    sample: SampleRun, vkey: str, tmp_path: Path
+) -> None:
+    code, text = run(sample, "checkpoint", "show", sample.run_id, "--json")
+    assert code == 0, text
+    size = json.loads(text)["size"]
+    for seq in range(size):
+        out = tmp_path / f"{seq}.tlog-proof"
+        code, text = run(sample, "prove", sample.run_id, "--seq", str(seq), "-o", str(out))
+        assert code == 0, text
+        assert out.read_text().startswith("c2sp.org/tlog-proof@v1\nextra ")
+        code, text = run(sample, "verify-proof", str(out), "--trusted-key", vkey, "--json")
+        assert code == 0, text
+        result = json.loads(text)
+        assert (result["seq"], result["tree_size"]) == (seq, size)
+        assert result["event_signature"] == "verified"
+    code, text = run(sample, "prove", sample.run_id, "--seq", str(size))
+    assert code == 2 and "not covered" in text
+
+
+def _proof(sample: SampleRun, tmp_path: Path, seq: int) -> str:
+    out = tmp_path / "p.tlog-proof"
+    assert run(sample, "prove", sample.run_id, "--seq", str(seq), "-o", str(out))[0] == 0
+    return out.read_text()
+
+
+def test_tampered_inclusion_proofs_fail(sample: SampleRun, vkey: str, tmp_path: Path) -> None:
+    text = _proof(sample, tmp_path, 5)
+    proof = parse_tlog_proof(text)
+    other = parse_tlog_proof(_proof(sample, tmp_path, 6))
+    first_hash = base64.b64encode(proof.hashes[0]).decode()
+    flipped = base64.b64encode(bytes([proof.hashes[0][0] ^ 1]) + proof.hashes[0][1:]).decode()
+    cases = {
+        "flipped hash": text.replace(first_hash, flipped),
+        "wrong index": text.replace("\nindex 5\n", "\nindex 4\n"),
+        "other event": text.replace(
+            base64.b64encode(proof.extra or b"").decode(),
+            base64.b64encode(other.extra or b"").decode(),
+        ),
+        "missing hash": text.replace(first_hash + "\n", ""),
+        "bigger tree": text.replace(f"\n{proof.checkpoint.split(chr(10))[1]}\n", "\n999\n", 1),
+    }
+    for name, bad in cases.items():
+        path = tmp_path / "bad.tlog-proof"
+        path.write_text(bad)
+        code, out = run(sample, "verify-proof", str(path), "--trusted-key", vkey, "--json")
+        assert code == 1, name
+        assert json.loads(out)["verified"] is False, name
+    stranger = "example.com/x+" + "0" * 8 + "+" + base64.b64encode(b"\x01" + b"\x02" * 32).decode()
+    path = tmp_path / "good.tlog-proof"
+    path.write_text(text)
+    code, out = run(sample, "verify-proof", str(path), "--trusted-key", stranger)
+    assert code == 2  # a malformed key is a usage error, not a verdict
+
+
+def test_consistency_proof_between_two_checkpoints(
+    sample: SampleRun, vkey: str, tmp_path: Path
+) -> None:
+    # A run that we grow: checkpoint, publish, append, close, prove consistency.
+    ledger = sample.ledger
+    run_id = ledger.open_run(terms(), task_digest=sha("t"), optimizer="growing")
+    for i in range(9):
+        ledger.append(
+            run_id,
+            "SafetyViolation",
+            SafetyViolation(category="timeout", detail=f"slow {i}"),
+            "sandbox",
+        )
+    old = tmp_path / "old.note"
+    assert run(sample, "checkpoint", "show", run_id, "-o", str(old))[0] == 0
+    for i in range(20):
+        ledger.append(
+            run_id, "SafetyViolation", SafetyViolation(category="timeout", detail=f"{i}"), "sandbox"
+        )
+    ledger.close_run(run_id)
+    new = tmp_path / "new.note"
+    assert run(sample, "checkpoint", "show", run_id, "-o", str(new))[0] == 0
+    proof = tmp_path / "c.proof"
+    code, text = run(sample, "prove", run_id, "--from-checkpoint", str(old), "-o", str(proof))
+    assert code == 0, text
+    args = ["verify-proof", str(proof), "--trusted-key", vkey, "--old-checkpoint"]
+    code, text = run(sample, *args, str(old), "--json")
+    assert code == 0, text
+    result = json.loads(text)
+    assert result["old_size"] < result["new_size"]
+    # An old checkpoint of another log, or a proof with a flipped hash, fails.
+    other = tmp_path / "other.note"
+    assert run(sample, "checkpoint", "show", sample.run_id, "-o", str(other))[0] == 0
+    assert run(sample, *args, str(other))[0] == 1
+    lines = proof.read_text().split("\n")
+    lines[2] = base64.b64encode(bytes(32)).decode()
+    proof.write_text("\n".join(lines))
+    assert run(sample, *args, str(old))[0] == 1
+
+    # A witness that cosigned the old checkpoint cosigns the new one only with the proof.
+    key = tmp_path / "w.key"
+    assert run(sample, "checkpoint", "witness-key", "witness.example/w1", "-o", str(key))[0] == 0
+    cosign = ["checkpoint", "cosign", str(new), "--key", str(key), "--log-key", vkey]
+    code, text = run(sample, *cosign, "--previous", str(old))
+    assert code == 2 and "--proof" in text
+    assert run(sample, *cosign, "--previous", str(old), "--proof", str(proof))[0] == 1
+    good = tmp_path / "c2.proof"
+    assert run(sample, "prove", run_id, "--from-checkpoint", str(old), "-o", str(good))[0] == 0
+    code, text = run(sample, *cosign, "--previous", str(old), "--proof", str(good), "--time", "7")
+    assert code == 0, text
+    assert parse_note(text).signatures[-1].name == "witness.example/w1"
+
+
+def test_witness_cosignature_and_policy_on_bundle_verify(
+    sample: SampleRun, vkey: str, tmp_path: Path
+) -> None:
+    note = tmp_path / "final.note"
+    assert run(sample, "checkpoint", "show", sample.run_id, "-o", str(note))[0] == 0
+    wkeys, wvkeys = [], []
+    for i in (1, 2):
+        key = tmp_path / f"w{i}.key"
+        code, text = run(sample, "checkpoint", "witness-key", f"w{i}.example", "-o", str(key))
+        assert code == 0
+        wkeys.append(key)
+        wvkeys.append(text.strip())
+    cosigned = tmp_path / "cosigned.note"
+    cosign = ["checkpoint", "cosign", str(note), "--key", str(wkeys[0]), "--log-key", vkey]
+    assert run(sample, *cosign, "-o", str(cosigned))[0] == 0
+    stranger_log = tmp_path / "stranger.note"
+    stranger_log.write_text(note.read_text().replace("\u2014 holedger-operator", "\u2014 other"))
+    bad = ["checkpoint", "cosign", str(stranger_log), "--key", str(wkeys[0]), "--log-key", vkey]
+    assert run(sample, *bad)[0] == 1  # the witness refuses a note the log did not sign
+
+    plain, witnessed = tmp_path / "plain.hlb", tmp_path / "witnessed.hlb"
+    assert run(sample, "export", sample.run_id, "-o", str(plain))[0] == 0
+    code, text = run(
+        sample, "export", sample.run_id, "-o", str(witnessed), "--checkpoint", str(cosigned)
+    )
+    assert code == 0, text
+    assert run(sample, "verify", str(witnessed), "--witness", wvkeys[0])[0] == 0
+    code, text = run(sample, "verify", str(plain), "--witness", wvkeys[0], "--json")
+    assert code == 1
+    assert "witnesses" in [c["name"] for c in json.loads(text)["checks"] if not c["ok"]]
+    # Policy: the operator key and one of two witnesses; then both (not met).
+    for quorum, expected in (("any", 0), ("all", 1)):
+        policy = tmp_path / f"{quorum}.policy"
+        policy.write_text(
+            f"log {vkey}\nwitness W1 {wvkeys[0]}\nwitness W2 {wvkeys[1]}\n"
+            f"group g {quorum} W1 W2\nquorum g\n"
+        )
+        code, text = run(sample, "verify", str(witnessed), "--policy", str(policy))
+        assert code == expected, (quorum, text)
+    # The same cosigned note given as a published checkpoint pins the bundle too.
+    code, text = run(sample, "verify", str(plain), "--checkpoint", str(cosigned), "--json")
+    assert code == 0, text
+    assert json.loads(text)["checkpoint_notes"][0]["witnesses"] == []
+
+
+def test_attestation_round_trip_and_independent_dsse_check(
+    sample: SampleRun, vkey: str, tmp_path: Path
+) -> None:
+    bundle, other = tmp_path / "run.hlb", tmp_path / "other.hlb"
+    assert run(sample, "export", sample.run_id, "-o", str(bundle))[0] == 0
+    assert run(sample, "export", sample.run_id, "-o", str(other), "--redact")[0] == 0
+    att = tmp_path / "result.intoto.json"
+    code, text = run(sample, "attest", sample.run_id, "-o", str(att), "--bundle", str(bundle))
+    assert code == 0, text
+    code, text = run(
+        sample,
+        "verify-attestation",
+        str(att),
+        "--trusted-key",
+        vkey,
+        "--bundle",
+        str(bundle),
+        "--json",
+    )
+    assert code == 0, text
+    statement = json.loads(text)["statement"]
+    pred = statement["predicate"]
+    assert pred["run_id"] == sample.run_id and pred["verdict"] == "verified"
+    assert pred["task_id"] == "bundle-task" and pred["events"] > 20
+    last = parse_record([r for _, r in sample.ledger.raw_records(sample.run_id)][-1])
+    assert statement["subject"][0]["digest"]["sha256"] == last.payload["root"]
+    args = ["verify-attestation", str(att), "--trusted-key", vkey, "--bundle", str(other)]
+    assert run(sample, *args)[0] == 1
+
+    # Any DSSE implementation: PAE by the spec's definition, Ed25519 over it.
+    env = json.loads(att.read_text())
+    payload = base64.b64decode(env["payload"])
+    ptype = env["payloadType"].encode()
+    pae = b"DSSEv1 %d %s %d %s" % (len(ptype), ptype, len(payload), payload)
+    sig = base64.b64decode(env["signatures"][0]["sig"])
+    Ed25519PublicKey.from_public_bytes(sample.key.public.raw).verify(sig, pae)
+    with pytest.raises(InvalidSignature):
+        Ed25519PublicKey.from_public_bytes(sample.key.public.raw).verify(sig, pae + b" ")
+    assert env["signatures"][0]["keyid"] == sample.key.key_id_hex
+
+    env["payload"] = base64.b64encode(payload.replace(b'"verified"', b'"failed"')).decode()
+    att.write_text(json.dumps(env))
+    assert run(sample, "verify-attestation", str(att), "--trusted-key", vkey)[0] == 1

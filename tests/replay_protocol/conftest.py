@@ -1,0 +1,33 @@
+"""Fixtures: a fresh SQLite ledger signed by one key, and replay with the test task's data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+from holedger.replay.engine import replay_run
+from holedger.replay.report import ReplayReport
+
+from .runs import task_data
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    key = SigningKey.generate("replay-test")
+    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", key, checkpoint_interval=16)
+    yield led
+    led.close()
+
+
+@pytest.fixture
+def replay(ledger: Ledger) -> Callable[..., ReplayReport]:
+    def run(run_id: str, **extra: Any) -> ReplayReport:
+        extra.setdefault("task_data", task_data())
+        return replay_run(ledger, run_id, extra=extra)
+
+    return run

@@ -1,0 +1,134 @@
+"""A hand-written honest run verifies, and its report carries the re-derived tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+
+from holedger.ledger.store import Ledger
+from holedger.replay.report import ReplayReport
+from holedger.schemas.canonical import rational_to_str
+
+from .runs import (
+    DEV,
+    E_H0,
+    TEST,
+    VAL,
+    K,
+    RunWriter,
+    checks,
+    honest_finish,
+    honest_search,
+    score_of,
+    terms,
+)
+
+SEED = "a" * 40
+CAND = "b" * 40
+
+OUR_CHECKS = (
+    "budget",
+    "disclosure",
+    "scores",
+    "leakage",
+    "candidate_scan",
+    "candidates_committed",
+    "test_split_sealed",
+    "nomination",
+    "trials_match_requests",
+)
+
+
+def test_honest_run_verifies_with_every_protocol_check(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    honest_finish(writer, CAND)
+    report = replay(writer.run_id)
+    assert report.verified, report.failures
+    ok = checks(report)
+    for name in OUR_CHECKS:
+        assert ok[name], name
+
+
+def test_budget_table_matches_an_independent_count(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    honest_finish(writer, CAND)
+    table = {row["component"]: row for row in replay(writer.run_id).sections["budget_table"]}
+    # independent count: dev 2 cases x 2 + 4 cases x 1 over 4 cases, val 5 of 6 once
+    assert table["dev calls"]["used"] == "2"
+    assert table["dev case_passes"]["used"] == rational_to_str(Fraction(2 * 2 + 4, 4))
+    assert table["val calls"]["used"] == "1"
+    assert table["val case_passes"]["used"] == "5/6"
+    assert table["dev calls"]["percent"] == "50.0%"
+    assert table["val case_passes"]["percent"] == "41.7%"
+    assert table["dev calls"]["limit"] == "4"
+
+
+def test_scores_section_reports_gain_and_band(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    honest_finish(writer, CAND)
+    scores = replay(writer.run_id).sections["scores"]
+    per_case = [sum(score_of(CAND, c.id, a) for a in range(K)) / K for c in TEST]
+    e_plus = sum(per_case, Fraction(0)) / len(TEST)
+    g = (e_plus - E_H0) / (1 - E_H0)
+    assert scores["e_h_plus"] == rational_to_str(e_plus)
+    assert scores["e_h0"] == "1/3"
+    assert scores["g"] == rational_to_str(g)
+    assert scores["exceeds_band"] == (g > Fraction(1, 20))
+    assert scores["cases"] == len(TEST)
+
+
+def test_leakage_audit_lists_every_projection_by_digest(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    honest_finish(writer, CAND)
+    leakage = replay(writer.run_id).sections["leakage"]
+    assert leakage["audit"]["status"] == "done"
+    assert leakage["audit"]["findings"] == []
+    assert len(leakage["shown"]) == 3
+    assert {s["split"] for s in leakage["shown"]} == {"dev", "val"}
+    # dev projections name their answer blobs, which the audit also read
+    assert all(len(s["blobs"]) > 0 for s in leakage["shown"] if s["split"] == "dev")
+    # no repository given: the scan says so plainly, and that is not a failure
+    assert leakage["candidate_scan"]["status"] == "skipped"
+
+
+def test_run_without_nomination_is_reported_unscored(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    writer.close()
+    report = replay(writer.run_id)
+    assert report.verified, report.failures
+    detail = {c.name: c.detail for c in report.checks}
+    assert "unscored" in detail["nomination"]
+    assert report.sections["scores"] == {"scored": False}
+
+
+def test_rejections_the_rules_demand_are_right(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED, dev_calls=1))
+    writer.commit(SEED)
+    writer.evaluate(SEED, "dev", [DEV[0].id], 1)
+    _, _ = writer.request(SEED, "dev", [DEV[1].id], 1)  # calls exhausted: rejected
+    _, _ = writer.request(SEED, "test", [c.id for c in TEST], K)  # sealed: rejected
+    _, _ = writer.request(SEED, "val", [VAL[0].id, VAL[0].id], 1)  # duplicate: rejected
+    _, _ = writer.request(
+        "c" * 40, "val", [v.id for v in VAL[:5]], 1, decision="rejected", reason="unknown candidate"
+    )
+    writer.close()
+    report = replay(writer.run_id)
+    assert report.verified, report.failures
+    assert "4 rejected" in {c.name: c.detail for c in report.checks}["budget"]

@@ -1,0 +1,138 @@
+"""The pure rules shared by the server (to decide) and replay (to check)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from holedger.errors import PolicyError
+from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget
+from holedger.server import rules
+
+from .runs import TEST, VAL, K, terms
+
+POLICY = DisclosurePolicy(min_aggregate_cases=5)
+
+
+def _view(case: str, attempt: int, score: Fraction) -> rules.TrialView:
+    return rules.TrialView(case_id=case, attempt=attempt, score=score, answer={"a": case})
+
+
+def test_cost_is_one_call_and_the_exact_fraction_of_a_case_pass() -> None:
+    cost = rules.request_cost(split_size=30, n_cases=5, attempts=2)
+    assert cost.calls == 1
+    assert cost.case_passes == Fraction(1, 3)
+
+
+def test_a_request_that_exactly_fits_is_accepted_and_one_more_is_not() -> None:
+    budget = BudgetVector(
+        dev=SplitBudget(calls=2, case_passes=Fraction(1)),
+        val=SplitBudget(calls=1, case_passes=Fraction(1)),
+        target_tokens=0,
+    )
+    half = rules.request_cost(4, 2, 1)
+    used = rules.add_use(rules.no_use(), "dev", half)
+    assert rules.budget_decision(budget, used, "dev", half) is None
+    used = rules.add_use(used, "dev", half)
+    reason = rules.budget_decision(budget, used, "dev", rules.request_cost(4, 1, 1))
+    assert reason is not None and reason.startswith("dev calls budget exceeded")
+    tiny = rules.request_cost(4, 1, 1)
+    used_val = rules.add_use(rules.no_use(), "val", rules.request_cost(4, 4, 1))
+    budget2 = budget.model_copy(update={"val": SplitBudget(calls=5, case_passes=Fraction(1))})
+    reason = rules.budget_decision(budget2, used_val, "val", tiny)
+    assert reason is not None and reason.startswith("val case_passes budget exceeded")
+
+
+def test_the_test_split_is_not_charged() -> None:
+    used = rules.add_use(rules.no_use(), "test", rules.request_cost(4, 4, 3))
+    assert used == rules.no_use()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    calls=st.integers(0, 6),
+    passes=st.fractions(min_value=0, max_value=4, max_denominator=12),
+    requests=st.lists(st.tuples(st.integers(1, 12), st.integers(1, 3)), max_size=20),
+)
+def test_following_the_gate_never_overspends(
+    calls: int, passes: Fraction, requests: list[tuple[int, int]]
+) -> None:
+    split = SplitBudget(calls=calls, case_passes=passes)
+    budget = BudgetVector(dev=split, val=split, target_tokens=0)
+    used = rules.no_use()
+    for n_cases, attempts in requests:
+        cost = rules.request_cost(12, n_cases, attempts)
+        if rules.budget_decision(budget, used, "dev", cost) is None:
+            used = rules.add_use(used, "dev", cost)
+    assert used.dev.calls <= calls
+    assert used.dev.case_passes <= passes
+
+
+@pytest.mark.parametrize(
+    ("split", "cases", "attempts", "nominated", "expected"),
+    [
+        ("dev", ["rp-dev-0"], 0, False, "attempts must be at least 1"),
+        ("dev", [], 1, False, "no cases requested"),
+        ("dev", ["rp-dev-0", "rp-dev-0"], 1, False, "requested more than once"),
+        ("test", [c.id for c in TEST], K, False, "closed until a candidate is nominated"),
+        ("test", [c.id for c in TEST], 1, True, f"K={K} attempts"),
+        ("dev", ["rp-dev-9"], 1, False, "not in the dev split"),
+        ("val", [c.id for c in VAL[:4]], 1, False, "at least 5 cases"),
+        ("val", [c.id for c in VAL[:5]], 1, False, None),
+        ("test", [c.id for c in TEST], K, True, None),
+    ],
+)
+def test_request_problems(
+    split: str, cases: list[str], attempts: int, nominated: bool, expected: str | None
+) -> None:
+    known = {"dev": {f"rp-dev-{i}" for i in range(4)}, "val": {c.id for c in VAL}}
+    known["test"] = {c.id for c in TEST}
+    reason = rules.request_problem(
+        terms(), split, cases, attempts, nominated=nominated, known_cases=known[split]
+    )
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None and expected in reason
+
+
+def test_dev_projection_is_per_case_with_scores_answers_and_digests() -> None:
+    views = [_view("b", 1, Fraction(1)), _view("b", 0, Fraction(0)), _view("a", 0, Fraction(1))]
+    policy, body = rules.project("dev", POLICY, views)
+    assert policy == "per_case"
+    assert body["trials"] == 3
+    assert body["cases"]["b"]["mean"] == "0.5"
+    assert [t["attempt"] for t in body["cases"]["b"]["trials"]] == [0, 1]
+    assert body["cases"]["a"]["trials"][0]["answer"] == {"a": "a"}
+
+
+def test_val_projection_is_the_aggregate_mean_only() -> None:
+    views = [_view(f"c{i}", 0, Fraction(i % 2)) for i in range(5)]
+    views.append(_view("c0", 1, Fraction(1)))  # c0: mean 1/2, so mean of means 1/2
+    policy, body = rules.project("val", POLICY, views)
+    assert policy == "aggregate"
+    assert body == {"cases": 5, "trials": 6, "mean": "0.5"}
+    with pytest.raises(PolicyError, match="below the minimum 5"):
+        rules.project("val", POLICY, views[:4])
+    with pytest.raises(PolicyError, match="never disclosed"):
+        rules.project("test", POLICY, views)
+
+
+def test_projection_digest_is_order_independent_and_content_sensitive() -> None:
+    a = rules.projection_digest({"cases": 5, "trials": 5, "mean": "1/3"})
+    b = rules.projection_digest({"mean": "1/3", "trials": 5, "cases": 5})
+    c = rules.projection_digest({"mean": "1/2", "trials": 5, "cases": 5})
+    assert a == b != c
+
+
+def test_expected_score_is_the_mean_of_per_case_means_and_gain_is_normalised() -> None:
+    e_plus = rules.expected_score({"x": [Fraction(1), Fraction(0)], "y": [Fraction(1)] * 2})
+    assert e_plus == Fraction(3, 4)
+    assert rules.normalized_gain(e_plus, Fraction(1, 2)) == Fraction(1, 2)
+    assert rules.normalized_gain(Fraction(1, 4), Fraction(1, 2)) == Fraction(-1, 2)
+    assert rules.normalized_gain(Fraction(1), Fraction(1)) is None
+    with pytest.raises(ValueError, match="no values"):
+        rules.mean([])

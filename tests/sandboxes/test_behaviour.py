@@ -1,0 +1,159 @@
+"""A well-behaved harness: the same answer under every backend, and the gateway relay."""
+
+from __future__ import annotations
+
+import json
+import socketserver
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from holedger.sandboxes.spec import Backend, Limits, SandboxResult
+
+Runner = Callable[..., SandboxResult]
+
+WELL_BEHAVED = """
+import json, sys
+case = json.load(sys.stdin)
+print(json.dumps({"answer": sum(case["numbers"]), "cwd": __import__("os").getcwd()}))
+"""
+
+
+def test_well_behaved_harness_gives_the_same_answer_everywhere(
+    every_backend: Backend, run_harness: Runner
+) -> None:
+    result = run_harness(every_backend, WELL_BEHAVED, stdin=b'{"numbers": [1, 2, 39]}')
+    assert result.exit_status == 0, result.stderr
+    assert json.loads(result.stdout)["answer"] == 42
+    assert result.backend == every_backend.name
+    assert not result.timed_out and not result.oom
+    if every_backend.name == "process":
+        assert result.isolation == "none"
+        assert "unisolated_trial" in result.categories()
+    else:
+        assert result.isolation == "isolated"
+        assert json.loads(result.stdout)["cwd"] == "/code"
+        assert result.categories() == []
+    assert result.limits_by in ("cgroup-v1", "cgroup-v2", "rlimit", "docker")
+
+
+class _GatewayHandler(BaseHTTPRequestHandler):
+    def _send(self, body: dict[str, object]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(
+            {
+                "object": "list",
+                "data": [{"id": "sim-1", "object": "model", "created": 0, "owned_by": "t"}],
+                "auth": self.headers.get("authorization", ""),
+            }
+        )
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        request = json.loads(self.rfile.read(length))
+        self._send(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": request["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "relayed"},
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            }
+        )
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+@pytest.fixture
+def gateway_socket(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "gw.sock"
+    server = _UnixHTTPServer(str(path), _GatewayHandler)
+    path.chmod(0o666)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield path
+    server.shutdown()
+    server.server_close()
+
+
+def test_harness_reaches_gateway_through_the_relay(
+    isolating: Backend, run_harness: Runner, gateway_socket: Path
+) -> None:
+    result = run_harness(
+        isolating,
+        """
+        import os, openai
+        client = openai.OpenAI(base_url=os.environ["OPENAI_BASE_URL"], max_retries=0)
+        reply = client.chat.completions.create(
+            model="sim-1", messages=[{"role": "user", "content": "hi"}])
+        print(reply.choices[0].message.content)
+        """,
+        env={"OPENAI_BASE_URL": "http://127.0.0.1:18080/v1", "OPENAI_API_KEY": "trial-token"},
+        relays={18080: gateway_socket},
+        limits=Limits(wall_s=60),
+    )
+    assert result.exit_status == 0, result.stderr
+    assert result.stdout.strip() == b"relayed"
+    assert not [o for o in result.observations if o.category == "network_attempt"]
+
+
+def test_relay_carries_plain_http_and_auth(
+    isolating: Backend, run_harness: Runner, gateway_socket: Path
+) -> None:
+    result = run_harness(
+        isolating,
+        """
+        import urllib.request
+        req = urllib.request.Request("http://127.0.0.1:18081/v1/models",
+                                     headers={"Authorization": "Bearer t-1"})
+        print(urllib.request.urlopen(req, timeout=10).read().decode())
+        """,
+        relays={18081: gateway_socket},
+    )
+    assert result.exit_status == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["data"][0]["id"] == "sim-1"
+    assert body["auth"] == "Bearer t-1"
+
+
+def test_process_backend_says_unisolated_and_still_kills_its_tree(
+    process_backend: Backend, run_harness: Runner
+) -> None:
+    result = run_harness(
+        process_backend,
+        """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(600)
+            os._exit(0)
+        time.sleep(600)
+        """,
+        limits=Limits(wall_s=1.5),
+    )
+    assert result.isolation == "none"
+    assert result.timed_out
+    assert {"unisolated_trial", "timeout"} <= set(result.categories())

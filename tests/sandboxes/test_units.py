@@ -1,0 +1,181 @@
+"""The parts that need no engine: seccomp program, DNS parsing, argv/kwargs, runtime, CLI."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from holedger.cli import cli
+from holedger.errors import SandboxError
+from holedger.sandboxes import get_backend
+from holedger.sandboxes.netns import _dns_question, _nxdomain
+from holedger.sandboxes.runtime import build_runtime, host_interpreter, runtime_distributions
+from holedger.sandboxes.seccomp import (
+    AUDIT_ARCH_X86_64,
+    SECCOMP_RET_ALLOW,
+    SECCOMP_RET_ERRNO,
+    X86_64_CLONE3,
+    X86_64_DENIED,
+    x86_64_filter,
+)
+from holedger.sandboxes.spec import Limits, SandboxSpec
+
+
+def _interpret(program: bytes, nr: int, arch: int = AUDIT_ARCH_X86_64, arg0: int = 0) -> int:
+    """A tiny classic-BPF interpreter for the instructions holedger's filter uses."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:
+            acc = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code == 0x06:
+            return k
+        else:
+            cond = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if cond else jf)
+
+
+def test_seccomp_filter_decisions() -> None:
+    prog = x86_64_filter()
+    assert len(prog) % 8 == 0
+    assert _interpret(prog, 0) == SECCOMP_RET_ALLOW  # read
+    assert _interpret(prog, 56, arg0=0x11) == SECCOMP_RET_ALLOW  # clone(SIGCHLD): fork
+    assert _interpret(prog, 56, arg0=0x3D0F00) == SECCOMP_RET_ALLOW  # pthread_create flags
+    assert _interpret(prog, 56, arg0=0x10000011) == SECCOMP_RET_ERRNO | 1  # CLONE_NEWUSER
+    assert _interpret(prog, X86_64_CLONE3) == SECCOMP_RET_ERRNO | 38  # ENOSYS, not EPERM
+    for name, nr in X86_64_DENIED.items():
+        assert _interpret(prog, nr) == SECCOMP_RET_ERRNO | 1, name
+    assert _interpret(prog, 0x40000000 + 1) == SECCOMP_RET_ERRNO | 1  # x32 ABI
+    assert _interpret(prog, 0, arch=0x40000003) == 0x80000000  # i386 ABI: kill
+
+
+def test_dns_question_parsing_and_nxdomain() -> None:
+    query = struct.pack("!HHHHHH", 0xBEEF, 0x0100, 1, 0, 0, 0)
+    query += b"\x05exfil\x07example\x03com\x00" + struct.pack("!HH", 1, 1)
+    parsed = _dns_question(query)
+    assert parsed is not None and parsed[0] == "exfil.example.com"
+    reply = _nxdomain(query, parsed[1])
+    qid, flags, qd = struct.unpack_from("!HHH", reply)
+    assert (qid, flags & 0x8000, flags & 0xF, qd) == (0xBEEF, 0x8000, 3, 1)
+    assert _dns_question(b"\x00" * 5) is None
+    assert _dns_question(query[:20]) is None  # truncated name
+
+
+def test_runtime_holds_openai_and_never_holedger() -> None:
+    names = {d.metadata["Name"].lower() for d in runtime_distributions()}
+    assert "openai" in names and "pydantic" in names
+    assert "holedger" not in names
+    runtime = build_runtime()
+    assert (runtime / "openai" / "__init__.py").is_file()
+    assert not (runtime / "holedger").exists()
+    assert not list(runtime.glob("*.pth"))
+
+
+def test_runtime_is_built_once_per_content(tmp_path: Path) -> None:
+    runtime = build_runtime(("sniffio",), cache=tmp_path)
+    assert (runtime / "sniffio" / "__init__.py").is_file()
+    assert list(runtime.glob("sniffio/__pycache__/*.pyc"))
+    assert build_runtime(("sniffio",), cache=tmp_path) == runtime
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_runtime_refuses_holedger(tmp_path: Path) -> None:
+    with pytest.raises(SandboxError, match="may not contain"):
+        build_runtime(("holedger",), cache=tmp_path)
+
+
+def test_interpreter_hides_site_packages() -> None:
+    interp = host_interpreter()
+    assert interp.executable.is_file()
+    assert any(p.name in ("site-packages", "dist-packages") for p in interp.hidden)
+
+
+def _spec(tmp_path: Path) -> SandboxSpec:
+    return SandboxSpec(
+        code_dir=tmp_path,
+        argv=["python3", "-m", "harness"],
+        env={"OPENAI_API_KEY": "k"},
+        limits=Limits(wall_s=5, memory_mb=256, cpus=0.5, pids=16),
+        label="t1",
+    )
+
+
+def test_bwrap_argv_isolates(tmp_path: Path) -> None:
+    from holedger.sandboxes.bwrap import BwrapBackend
+
+    backend = BwrapBackend()
+    if not backend.bwrap or not backend.bash:
+        pytest.skip("bwrap or bash not installed")
+    interp = host_interpreter()
+    argv = backend.build_argv(
+        _spec(tmp_path),
+        interp=interp,
+        runtime=tmp_path,
+        etc=tmp_path,
+        seccomp_fd=7,
+        info_fd=8,
+        status_fd=9,
+        release_fd=10,
+        rlimits=[("-t", 5)],
+    )
+    for flag in ("--unshare-user", "--unshare-pid", "--die-with-parent", "--clearenv"):
+        assert flag in argv
+    assert "--share-net" not in argv  # the netns is holedger's own
+    assert argv[argv.index("--uid") + 1] == "65534"
+    assert argv[argv.index("--seccomp") + 1] == "7"
+    i = argv.index("--ro-bind", argv.index("--chdir") - 4)
+    assert argv[i : i + 3] == ["--ro-bind", str(tmp_path.resolve()), "/code"]
+    for hidden in interp.hidden:
+        if str(hidden).startswith(str(interp.stdlib)):
+            assert argv[argv.index(str(hidden)) - 1] == "--tmpfs"
+    assert argv[-3:] == ["python3", "-m", "harness"]
+    assert "--bind" not in argv  # nothing of the host is writable
+
+
+def test_docker_kwargs_lock_the_container_down(tmp_path: Path) -> None:
+    pytest.importorskip("docker")
+    from holedger.sandboxes.docker_backend import DockerBackend
+
+    kw = DockerBackend(client=object()).container_kwargs(
+        _spec(tmp_path), tmp_path, tmp_path / "in", tmp_path / "out"
+    )
+    assert kw["network_mode"] == "none"
+    assert kw["read_only"] is True
+    assert kw["cap_drop"] == ["ALL"]
+    assert kw["security_opt"] == ["no-new-privileges"]
+    assert kw["user"] == "65534:65534"
+    assert kw["mem_limit"] == kw["memswap_limit"] == 256 * 1024 * 1024
+    assert kw["pids_limit"] == 16 and kw["nano_cpus"] == 500_000_000
+    assert kw["volumes"][str(tmp_path)] == {"bind": "/code", "mode": "ro"}
+    assert kw["labels"]["holedger.sandbox"] == "1" and kw["labels"]["holedger.trial"] == "t1"
+    assert kw["environment"]["OPENAI_API_KEY"] == "k"
+
+
+def test_unknown_backend_is_a_clear_error() -> None:
+    with pytest.raises(SandboxError, match="unknown sandbox backend"):
+        get_backend("vm")
+
+
+def test_limits_record_is_integers() -> None:
+    record = Limits(wall_s=1.5, cpus=0.25).as_record()
+    assert record["wall_ms"] == 1500 and record["millicpus"] == 250
+    assert record["cpu_ms"] == 1500
+    assert all(isinstance(v, int) for v in record.values())
+
+
+def test_doctor_reports_every_backend() -> None:
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [b["name"] for b in data["backends"]] == ["bwrap", "docker", "process"]
+    assert all(isinstance(b["works"], bool) and b["detail"] for b in data["backends"])
+    assert data["default"] in (None, "bwrap", "docker")
+    table = CliRunner().invoke(cli, ["doctor"])
+    assert table.exit_code == 0 and "process" in table.output

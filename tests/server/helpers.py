@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+from typing import Any
+
+from holedger.ledger.store import Ledger
+from holedger.replay.engine import replay_run
+from holedger.server.candidates import FileEntry, read_directory
+from holedger.server.service import RunService
+from holedger.server.taskview import ServerTask
+
+from .tinytask import PERFECT_MAIN
+
+
+def perfect_candidate(service: RunService, run_id: str, task: ServerTask) -> str:
+    files = read_directory(task.seed_dir)
+    files["harness/__main__.py"] = FileEntry(PERFECT_MAIN.encode())
+    return service.commit_candidate(run_id, files).candidate
+
+
+def independent_budget_count(ledger: Ledger, run_id: str) -> dict[str, Any]:
+    """Budget use counted straight from the events, without the rules module."""
+    calls: Counter[str] = Counter()
+    passes: dict[str, Fraction] = {"dev": Fraction(0), "val": Fraction(0)}
+    decisions: Counter[str] = Counter()
+    terms = ledger.run_terms(run_id).terms
+    for rec in ledger.records(run_id):
+        if rec.type != "EvaluationRequested":
+            continue
+        p = rec.payload
+        decisions[p["decision"]] += 1
+        if p["decision"] == "accepted" and p["split"] in passes:
+            calls[p["split"]] += 1
+            n = len(p["case_ids"]) * p["attempts"]
+            passes[p["split"]] += Fraction(n, terms.split_sizes[p["split"]])
+    return {"calls": dict(calls), "passes": passes, "decisions": dict(decisions)}
+
+
+def assert_replay_verifies(ledger: Ledger, run_id: str) -> Any:
+    report = replay_run(ledger, run_id)
+    failed = [(c.name, c.detail) for c in report.checks if not c.ok]
+    assert report.verified, (failed, report.failures[:5])
+    return report
+
+
+def all_runs(ledger: Ledger) -> list[str]:
+    return ledger.run_ids()

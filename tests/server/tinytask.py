@@ -1,0 +1,101 @@
+"""A tiny task for server tests: an upper-casing harness that needs no model.
+
+The seed answers ``{"answer": q.upper()}`` except for questions starting with "hard",
+where it answers the question unchanged; the verifier scores 1 for the upper-cased
+question, else 0. ``rules/policy.txt`` is immutable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget, TaskTerms
+from holedger.server.candidates import seed_commit_id
+from holedger.server.taskview import CaseData, ServerTask
+
+SEED_MAIN = '''import json, sys
+case = json.loads(sys.stdin.read())
+q = case["q"]
+print("thinking about", q, file=sys.stderr)
+print(json.dumps({"answer": q if q.startswith("hard") else q.upper()}))
+'''
+
+CASES = {
+    "dev": [f"dev-{i}" for i in range(6)],
+    "val": [f"val-{i}" for i in range(8)],
+    "test": [f"test-{i}" for i in range(2)],
+}
+
+
+def question(case_id: str) -> str:
+    split, n = case_id.split("-")
+    return f"hard {split} {n}" if int(n) % 3 == 0 else f"easy {split} {n}"
+
+
+def write_seed(root: Path) -> Path:
+    seed = root / "seed"
+    (seed / "harness").mkdir(parents=True, exist_ok=True)
+    (seed / "harness" / "__init__.py").write_text("")
+    (seed / "harness" / "__main__.py").write_text(SEED_MAIN)
+    (seed / "rules").mkdir(exist_ok=True)
+    (seed / "rules" / "policy.txt").write_text("answers are upper case\n")
+    return seed
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def make_task(
+    root: Path,
+    *,
+    ref: str = "tiny",
+    dev_calls: int = 100,
+    dev_passes: str = "4",
+    val_calls: int = 100,
+    val_passes: str = "4",
+    k: int = 2,
+    models: list[str] | None = None,
+    seed: Path | None = None,
+) -> ServerTask:
+    seed = seed or write_seed(root)
+    terms = TaskTerms(
+        task_id=f"tiny-{ref}",
+        models=models if models is not None else [],
+        split_sizes={s: len(ids) for s, ids in CASES.items()},
+        split_digests={s: _digest(",".join(ids)) for s, ids in CASES.items()},
+        manifest_digest=_digest(repr(CASES)),
+        budget=BudgetVector(
+            dev=SplitBudget(calls=dev_calls, case_passes=Fraction(dev_passes)),
+            val=SplitBudget(calls=val_calls, case_passes=Fraction(val_passes)),
+            target_tokens=100000,
+        ),
+        disclosure=DisclosurePolicy(),
+        k=k,
+        resolution_band=Fraction(1, 20),
+        verifier_digest=_digest("upper"),
+        seed_commit=seed_commit_id(seed),
+        entrypoint=["python3", "-m", "harness"],
+        immutable_paths=["rules"],
+        case_timeout_s=20,
+        environment_digest=_digest("env"),
+    )
+
+    def cases(split: str) -> list[CaseData]:
+        return [CaseData(c, {"q": question(c)}) for c in CASES[split]]
+
+    def verify(case_id: str, answer: Any) -> Fraction:
+        ok = isinstance(answer, dict) and answer.get("answer") == question(case_id).upper()
+        return Fraction(1 if ok else 0)
+
+    digest = _digest(terms.model_dump_json())
+    return ServerTask(ref, terms, digest, seed, cases, verify)
+
+
+PERFECT_MAIN = '''import json, sys
+case = json.loads(sys.stdin.read())
+print(json.dumps({"answer": case["q"].upper()}))
+'''
