@@ -19,9 +19,9 @@ import argparse
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,16 +54,20 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) 
 
 
 @contextlib.contextmanager
-def process(args: list[str], **kw: object) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)  # type: ignore[call-overload]
-    try:
-        yield proc
-    finally:
-        proc.terminate()
+def process(args: list[str], log: Path, **kw: object) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process whose output goes to ``log`` (a pipe nobody reads would block it)."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(  # type: ignore[call-overload]
+            args, stdout=out, stderr=subprocess.STDOUT, **kw
+        )
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 # ---------------------------------------------------------------------------- gateway
@@ -154,6 +158,20 @@ class Sample:
     errors: int = 0
     elapsed: float = 0.0
     count: int = 0
+    cpu_s: float = 0.0
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of processes and their children so far (Linux /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15]) / tick
+    return total
 
 
 async def load(
@@ -201,20 +219,27 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def bench(
-    targets: dict[str, tuple[str, str]], requests: int, levels: list[int], stream: bool, rounds: int
+    targets: dict[str, tuple[str, str]],
+    requests: int,
+    levels: list[int],
+    stream: bool,
+    rounds: int,
+    pids: dict[str, list[int]],
 ) -> dict[int, dict[str, Sample]]:
     results: dict[int, dict[str, Sample]] = {}
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        for name, (url, key) in targets.items():  # warm up every path
+        for url, key in targets.values():  # warm up every path
             await load(client, url, key, 40, 4, stream)
         for level in levels:
             merged = {name: Sample() for name in targets}
             per_round = max(level, requests // rounds)
             for _ in range(rounds):
                 for name, (url, key) in targets.items():
+                    before = cpu_seconds(pids.get(name, []))
                     s = await load(client, url, key, per_round, level, stream)
                     m = merged[name]
+                    m.cpu_s += cpu_seconds(pids.get(name, [])) - before
                     m.latencies += s.latencies
                     m.errors += s.errors
                     m.elapsed += s.elapsed
@@ -227,7 +252,7 @@ def report(results: dict[int, dict[str, Sample]], stream: bool) -> None:
     mode = "streaming" if stream else "non-streaming"
     print(f"\nchat completions, {mode}; latency in ms (200 answers only)\n")
     head = f"{'clients':>7}  {'path':<10} {'p50':>8} {'p99':>8} {'req/s':>8} {'errors':>6}"
-    head += f"  {'+p50':>7} {'+p99':>7}"
+    head += f"  {'+p50':>7} {'+p99':>7}  {'proxy cpu ms/req':>16}"
     print(head)
     for level, samples in results.items():
         direct = samples["direct"]
@@ -240,6 +265,7 @@ def report(results: dict[int, dict[str, Sample]], stream: bool) -> None:
             if name != "direct":
                 added[name] = (p50 - d50, p99 - d99)
                 line += f"  {p50 - d50:7.2f} {p99 - d99:7.2f}"
+                line += f"  {s.cpu_s / max(s.count, 1) * 1000:16.2f}"
             print(line)
         if "gateway" in added and "litellm" in added:
             g50, g99 = added["gateway"]
@@ -282,9 +308,9 @@ def main() -> None:
     sim = [sys.executable, "-m", "holedger.cli", "sim", "serve", "--port", str(up_port)]
     gw = [sys.executable, __file__, "--serve-gateway", ledger_url, upstream, str(gw_port)]
     with contextlib.ExitStack() as stack:
-        up = stack.enter_context(process(sim))
+        up = stack.enter_context(process(sim, tmp / "sim.log"))
         wait_ready(f"{upstream}/models", up)
-        gp = stack.enter_context(process(gw))
+        gp = stack.enter_context(process(gw, tmp / "gateway.log"))
         wait_ready(f"http://127.0.0.1:{gw_port}/v1/models", gp)
         targets = {
             "direct": (f"{upstream}/chat/completions", "unused"),
@@ -301,18 +327,31 @@ def main() -> None:
             cfg = tmp / "litellm.yaml"
             litellm_config(cfg, upstream)
             ll_args = [command, "--config", str(cfg), "--port", str(ll_port), "--num_workers", "1"]
-            env = dict(os.environ, LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False")
-            lp = stack.enter_context(process(ll_args, env=env))
+            master = "sk-" + secrets.token_hex(32)
+            env = dict(
+                os.environ,
+                LITELLM_LOG="ERROR",
+                LITELLM_TELEMETRY="False",
+                LITELLM_MASTER_KEY=master,
+            )
+            lp = stack.enter_context(process(ll_args, tmp / "litellm.log", env=env))
             try:
                 wait_ready(f"http://127.0.0.1:{ll_port}/health/liveliness", lp, timeout=180)
-                targets["litellm"] = (f"http://127.0.0.1:{ll_port}/v1/chat/completions", "unused")
+                targets["litellm"] = (f"http://127.0.0.1:{ll_port}/v1/chat/completions", master)
             except RuntimeError as exc:
-                err = lp.stderr.read().decode()[-400:] if lp.stderr and lp.poll() is not None else ""
+                err = (
+                    lp.stderr.read().decode()[-400:] if lp.stderr and lp.poll() is not None else ""
+                )
                 print(f"litellm: not measured ({exc}) {err}")
-        results = asyncio.run(bench(targets, args.requests, levels, args.stream, args.rounds))
+        pids = {"gateway": [gp.pid]}
+        if "litellm" in targets:
+            pids["litellm"] = [lp.pid]
+        results = asyncio.run(bench(targets, args.requests, levels, args.stream, args.rounds, pids))
     report(results, args.stream)
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\nmedian of direct p50s: {statistics.median(pct(r['direct'].latencies, 0.5) for r in results.values()):.2f} ms")
+    load1 = os.getloadavg()[0]
+    print(f"\nload average during the run: {load1:.1f} on {os.cpu_count()} CPUs", end="")
+    print(" (a loaded machine inflates every added latency)" if load1 > 1 else "")
 
 
 if __name__ == "__main__":

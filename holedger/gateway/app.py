@@ -692,6 +692,8 @@ class Gateway:
                 try:
                     async for chunk in resp.aiter_raw():
                         out = pump.feed(chunk)
+                        if pump.done:
+                            settle_once()  # a client stops reading at [DONE]
                         if out:
                             message = {"type": "http.response.body", "body": out, "more_body": True}
                             await send(message)

@@ -301,6 +301,8 @@ class Ledger:
         self.url = url
         self.signers = signers
         self.checkpoint_interval = checkpoint_interval
+        if not create_tables:
+            _require_sqlite_file(url)
         try:
             self.app = LedgerApplication(url, signers, create_tables)
         except PersistenceError as exc:
@@ -309,7 +311,7 @@ class Ledger:
             raise ConfigError(f"cannot open the ledger at {_redact(url)}: {exc.orig}") from exc
         if create_tables:
             _metadata.create_all(self.app.engine, checkfirst=True)
-        elif not inspect(self.app.engine).has_table(self.app.events_table):
+        elif not self._has_tables():
             self.app.close()
             raise ConfigError(
                 f"the ledger at {_redact(url)} has no holedger tables",
@@ -317,6 +319,16 @@ class Ledger:
             )
         self._heads: dict[str, _Head] = {}
         self._lock = threading.RLock()
+
+    def _has_tables(self) -> bool:
+        try:
+            return bool(inspect(self.app.engine).has_table(self.app.events_table))
+        except SAOperationalError as exc:
+            self.app.close()
+            raise ConfigError(
+                f"cannot open the ledger at {_redact(self.url)}: {exc.orig}",
+                hint="check --ledger, or run 'holedger init'",
+            ) from exc
 
     # ---------------------------------------------------------------- opening
 
@@ -679,6 +691,17 @@ class Ledger:
                 select(blobs_table.c.size).where(blobs_table.c.digest == digest)
             ).first()
         return row is not None
+
+
+def _require_sqlite_file(url: str) -> None:
+    """A reader or writer that must not create tables must not create the file either."""
+    if not url.startswith("sqlite:///") or ":memory:" in url or "mode=memory" in url:
+        return
+    from pathlib import Path
+
+    db_file = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    if not db_file.is_file():
+        raise ConfigError(f"no ledger at {db_file}", hint="run 'holedger init' to create it")
 
 
 def _uuid_str(value: Any) -> str:

@@ -663,8 +663,8 @@ def export_bundle(
     for note in checkpoints:
         try:
             parse_note(note)
-        except Exception as exc:
-            raise UsageError(f"not a signed checkpoint note: {exc}") from exc
+        except VerificationError as exc:
+            raise UsageError(f"not a signed checkpoint note: {exc.message}") from exc
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -680,9 +680,7 @@ def export_bundle(
     with open(tmp, "wb") as handle:
         writer = BundleWriter(handle, manifest)
         for role, info in sorted(opened.keys.items()):
-            import base64
-
-            key = PublicKey(info.name, base64.b64decode(info.public_key))
+            key = _declared_key(info)
             writer.entry(KIND_KEY, canonical_json({"role": role, "vkey": key.vkey()}))
         for _, raw in ledger.raw_records(run_id):
             writer.entry(KIND_RECORD, raw)

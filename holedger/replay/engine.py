@@ -124,13 +124,27 @@ class _Verifier:
     # ------------------------------------------------------------ per record
 
     def feed(self, raw: bytes) -> None:
-        self.events += 1
         try:
             rec = parse_record(raw)
         except VerificationError as exc:
-            self._broken(self.expected_seq, None, exc.message, "records")
-            self.expected_seq += 1
+            self.feed_unparsed(exc)
             return
+        self.feed_parsed(rec)
+
+    def feed_unparsed(self, exc: VerificationError) -> None:
+        """A record that is not even a well-formed envelope."""
+        self.events += 1
+        self._broken(self.expected_seq, None, exc.message, "records")
+        self.expected_seq += 1
+
+    def feed_parsed(self, rec: Record, checked: tuple[bytes, bool] | None = None) -> None:
+        """Check one parsed record in stream order.
+
+        ``checked`` is a signature verdict computed elsewhere (a worker process) as
+        (public key used, valid); it is used only when that key is the one this pass
+        would use, else the signature is verified here.
+        """
+        self.events += 1
         seq, etype = rec.seq, rec.type
         if rec.run_id != self.run_id:
             self._broken(seq, etype, f"record belongs to run {rec.run_id}", "run")
@@ -141,7 +155,7 @@ class _Verifier:
             self._broken(seq, etype, "prev_hash does not match the previous event", "chain")
         if seq == 0 or (self.opened is None and etype == "RunOpened"):
             self._open(rec)
-        self._check_signature(rec)
+        self._check_signature(rec, checked)
         payload = self._check_schema(rec)
         if isinstance(payload, Checkpoint):
             self._check_checkpoint(rec, payload)  # covers the leaves before its own
@@ -214,7 +228,7 @@ class _Verifier:
         ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
         self.projections = [factory(ctx) for factory in self.factories]
 
-    def _check_signature(self, rec: Record) -> None:
+    def _check_signature(self, rec: Record, checked: tuple[bytes, bool] | None = None) -> None:
         key = self.role_keys.get(rec.role)
         if key is None:
             self._broken(rec.seq, rec.type, f"no key declared for role {rec.role}", "signatures")
@@ -224,12 +238,18 @@ class _Verifier:
                 rec.seq, rec.type, f"signed by key {rec.key_id}, not {rec.role}'s", "signatures"
             )
             return
-        verifier = self.role_verifiers.get(rec.role)
-        if verifier is None:
-            verifier = self.role_verifiers[rec.role] = key.verifier()
-        try:
-            verifier.verify(rec.signature, rec.signed)
-        except InvalidSignature:
+        if checked is not None and checked[0] == key.raw:
+            valid = checked[1]
+        else:
+            verifier = self.role_verifiers.get(rec.role)
+            if verifier is None:
+                verifier = self.role_verifiers[rec.role] = key.verifier()
+            try:
+                verifier.verify(rec.signature, rec.signed)
+                valid = True
+            except InvalidSignature:
+                valid = False
+        if not valid:
             self._broken(rec.seq, rec.type, "signature does not verify", "signatures")
 
     def _check_schema(self, rec: Record) -> Model | None:
@@ -340,11 +360,14 @@ def verify_records(
     trusted_keys: Sequence[PublicKey] = (),
     projections: Sequence[ProjectionFactory] | None = None,
     extra: Mapping[str, object] | None = None,
+    workers: int = 1,
 ) -> ReplayReport:
     """Replay one run from its record bytes in stream order.
 
     ``extra`` reaches every projection as ``ReplayContext.extra`` (e.g. ``run_repo``, the
-    path of the run's candidate repository, for the leakage scan).
+    path of the run's candidate repository, for the leakage scan). With ``workers`` > 1,
+    Ed25519 signatures are verified in that many worker processes while this process
+    checks everything else in order; the report is the same.
     """
     if projections is None:
         from holedger.replay.projections import PROJECTIONS
@@ -352,8 +375,13 @@ def verify_records(
         projections = PROJECTIONS
     out = ReportBuilder()
     verifier = _Verifier(run_id, blobs, trusted_keys, projections, out, extra)
-    for raw in records:
-        verifier.feed(raw)
+    if workers > 1:
+        from holedger.replay.parallel import feed_in_parallel
+
+        feed_in_parallel(verifier, records, workers)
+    else:
+        for raw in records:
+            verifier.feed(raw)
     verifier.finish()
     return out.build(run_id, verifier.events)
 
@@ -381,6 +409,7 @@ def replay_run(
     trusted_keys: Sequence[PublicKey] = (),
     projections: Sequence[ProjectionFactory] | None = None,
     extra: Mapping[str, object] | None = None,
+    workers: int = 1,
 ) -> ReplayReport:
     """Replay a run stored in ``ledger`` (no re-execution of anything)."""
     if not ledger.has_run(run_id):
@@ -393,4 +422,5 @@ def replay_run(
         trusted_keys=trusted_keys,
         projections=projections,
         extra=extra,
+        workers=workers,
     )

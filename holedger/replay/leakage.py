@@ -17,10 +17,12 @@ Matching rules (chosen so that chance hits in ordinary code are not called leaks
 * a *test input* is each string in a test case's input of at least
   ``MIN_INPUT_CHARS`` characters that is not also in a dev or val input; it matches as a
   substring;
-* a *test answer* is each scalar in a test case's expected answer that has at least
-  ``MIN_ANSWER_CHARS`` characters (a sign not counted) and is not also in a dev or val
-  expected answer (so answer kinds and tolerances drop out); it matches as a whole token
-  (``68`` does not match ``681`` or ``6.81``);
+* a *test answer* is each scalar in a test case's expected answer that is distinctive
+  (a number with at least ``MIN_ANSWER_DIGITS`` digits, any other text with at least
+  ``MIN_ANSWER_CHARS`` characters) and is not also in a dev or val expected answer (so
+  answer kinds and tolerances drop out); it matches as a whole token (``681`` does not
+  match ``6810``, ``6.81`` or ``4,681``), and text is also read with thousands
+  separators removed (``4,640`` is ``4640``);
 * in a candidate file, test content that also appears anywhere in the seed tree (e.g. the
   task's own corpus, from which answers are derived) is not evidence, and only files
   whose content differs from the seed's are read;
@@ -54,11 +56,14 @@ from holedger.schemas.events import CandidateCommitted, DisclosureProjected, Mod
 LEAKAGE = "leakage"
 SCAN = "candidate_scan"
 MIN_INPUT_CHARS = 24
-MIN_ANSWER_CHARS = 2
+MIN_ANSWER_DIGITS = 3
+MIN_ANSWER_CHARS = 4
 MIN_DISTINCT_ANSWERS = 3
 MAX_FILE_BYTES = 1 << 20
 MAX_LISTED = 100
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+NUMBER = re.compile(r"^[+-]?[0-9]+(\.[0-9]+)?$")
+THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 
 # --------------------------------------------------------------------------- matching
@@ -76,6 +81,13 @@ class Item:
         if self.kind == "case id":
             return f"case id {self.cases[0]}"
         return f"{self.kind} of {self.cases[0]}{more}"
+
+
+def _distinctive(answer: str) -> bool:
+    """Numbers need ``MIN_ANSWER_DIGITS`` digits, other answers ``MIN_ANSWER_CHARS``."""
+    if NUMBER.match(answer):
+        return sum(ch.isdigit() for ch in answer) >= MIN_ANSWER_DIGITS
+    return len(answer) >= MIN_ANSWER_CHARS
 
 
 def _leaves(value: Any) -> Iterator[str]:
@@ -114,14 +126,19 @@ class Matcher:
                 if len(text) >= MIN_INPUT_CHARS and text not in search_inputs:
                     inputs.setdefault(text, []).append(case.id)
             for text in set(_leaves(case.expected)):
-                if len(text.lstrip("+-")) >= MIN_ANSWER_CHARS and text not in search_answers:
+                if _distinctive(text) and text not in search_answers:
                     answers.setdefault(text, []).append(case.id)
         self.inputs = {t: Item("input", tuple(ids)) for t, ids in inputs.items()}
         self.answers = {t: Item("answer", tuple(ids)) for t, ids in answers.items()}
         self._id_re = _alternation(self.ids, r"(?<![A-Za-z0-9_.-])", r"(?![A-Za-z0-9_-])")
-        self._answer_re = _alternation(self.answers, r"(?<![\w.])", r"(?![\w]|\.\d)")
+        self._answer_re = _alternation(self.answers, r"(?<![\w.])(?<!\d,)", r"(?![\w]|[.,]\d)")
 
     def find(self, text: str, *, answers: bool = True) -> set[Item]:
+        found = self._find(text, answers)
+        plain = THOUSANDS.sub("", text)  # "4,640" is the number 4640 too
+        return found | self._find(plain, answers) if plain != text else found
+
+    def _find(self, text: str, answers: bool) -> set[Item]:
         found: set[Item] = set()
         if self._id_re is not None:
             found.update(self.ids[m.group(1)] for m in self._id_re.finditer(text))
@@ -235,6 +252,7 @@ class LeakageProjection:
             ],
             "rules": {
                 "min_input_chars": MIN_INPUT_CHARS,
+                "min_answer_digits": MIN_ANSWER_DIGITS,
                 "min_answer_chars": MIN_ANSWER_CHARS,
                 "min_distinct_answers": MIN_DISTINCT_ANSWERS,
             },

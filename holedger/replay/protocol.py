@@ -166,6 +166,8 @@ class ProtocolProjection:
                     f"test-split {label} of a candidate that was not nominated",
                     SEALED,
                 )
+            elif self.scored:
+                self._fail(seq, etype, f"test-split {label} after RunScored", SEALED)
         req = self.requests.get(trial.request_id)
         if req is None:
             if trial.split == "test" and self.nominated is not None:

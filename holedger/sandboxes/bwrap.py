@@ -12,7 +12,7 @@ One trial = one bwrap sandbox:
 * limits: a per-trial cgroup (v2 or v1) when holedger may make one, else rlimits;
 * the whole tree dies at the timeout (cgroup freeze + kill, or the pid namespace's init).
 
-Inside, a small bash wrapper (pid 2) runs the harness, reports its exit status on a pipe
+Inside, a small sh wrapper (pid 2) runs the harness, reports its exit status on a pipe
 and waits; holedger then lists what else still runs in the pid namespace (leftover
 processes, ``process_left_behind``) before releasing the wrapper, whose exit ends the
 namespace and kills the rest.
@@ -21,6 +21,7 @@ namespace and kills the rest.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -58,20 +59,20 @@ from holedger.sandboxes.spec import (
     SandboxSpec,
 )
 
-# Runs inside as pid 2. $1 = status fd, $2 = release fd, $3.. = limits, then "--" and argv.
-WRAPPER = r"""
-S=$1 R=$2; shift 2
-while [ "$1" != -- ]; do ulimit "$1" "$2" 2>/dev/null; shift 2; done; shift
-exec {E}>&2 2>/dev/null
-"$@" 2>&$E {E}>&- {S}>&- {R}<&-
-rc=$?
-echo "$rc" >&$S
-exec {S}>&-
-read -r _ <&$R
-exit $rc
-"""
-# Runs on the host, before bwrap: join the trial's cgroups, then become bwrap.
-CGEXEC = 'for f; do shift; [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; done; exec "$@"'
+# Runs on the host as bwrap's parent: join the trial's cgroups, move the status pipe (its
+# stdout) to fd 3 and the release pipe (its stdin) to fd 4, open the trial's stdin and
+# stdout files, then become bwrap. $1 = stdin file, $2 = stdout file, $3.. = cgroup files.
+HOST_WRAPPER = (
+    'IN=$1 OUT=$2; shift 2; for f; do shift; [ "$f" = -- ] && break; '
+    'echo $$ > "$f" || exit 125; done; exec 3>&1 4<&0 <"$IN" >"$OUT"; exec "$@"'
+)
+# Runs inside as pid 2 (fds 3 and 4 inherited through bwrap). $1.. = ulimit pairs, "--",
+# argv. The harness gets neither fd, and its stderr stays apart from the wrapper's.
+WRAPPER = (
+    'while [ "$1" != -- ]; do ulimit "$1" "$2" 2>/dev/null; shift 2; done; shift; '
+    'exec 5>&2 2>/dev/null; "$@" 2>&5 5>&- 3>&- 4<&-; rc=$?; echo "$rc" >&3; '
+    "exec 3>&-; read _ <&4; exit $rc"
+)
 POLL_S = 0.05
 
 
@@ -99,7 +100,7 @@ class BwrapBackend:
 
     def __init__(self, bwrap: str | None = None, seccomp: bool = True) -> None:
         self.bwrap = bwrap or _find("bwrap")
-        self.bash = _find("bash")
+        self.sh = _find("sh")
         self.use_seccomp = seccomp
         self._available: tuple[bool, str] | None = None
 
@@ -113,8 +114,8 @@ class BwrapBackend:
     def _probe(self) -> tuple[bool, str]:
         if not self.bwrap:
             return False, "bwrap not found (apt-get install bubblewrap)"
-        if not self.bash:
-            return False, "bash not found"
+        if not self.sh:
+            return False, "sh not found"
         if os.geteuid() != 0:
             return False, "needs root: holedger builds each trial's network namespace itself"
         try:
@@ -165,12 +166,10 @@ class BwrapBackend:
         etc: Path,
         seccomp_fd: int | None,
         info_fd: int,
-        status_fd: int,
-        release_fd: int,
         rlimits: list[tuple[str, int]],
     ) -> list[str]:
         """The bwrap command line for ``spec`` (no side effects; unit-testable)."""
-        assert self.bwrap and self.bash
+        assert self.bwrap
         a: list[str] = [
             self.bwrap,
             "--unshare-user",
@@ -187,7 +186,8 @@ class BwrapBackend:
             "--hostname",
             "sandbox",
         ]
-        if _bwrap_version(self.bwrap) >= (0, 8):
+        if seccomp_fd is None and _bwrap_version(self.bwrap) >= (0, 8):
+            # The seccomp filter already denies new user namespaces, and this costs ~5 ms.
             a += ["--disable-userns"]
         a += ["--ro-bind", "/usr", "/usr"]
         for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -225,17 +225,7 @@ class BwrapBackend:
         if seccomp_fd is not None:
             a += ["--seccomp", str(seccomp_fd)]
         a += ["--info-fd", str(info_fd)]
-        a += [
-            "--",
-            self.bash,
-            "--noprofile",
-            "--norc",
-            "-c",
-            WRAPPER,
-            "wrapper",
-            str(status_fd),
-            str(release_fd),
-        ]
+        a += ["--", "/bin/sh", "-c", WRAPPER, "wrapper"]
         for flag, amount in rlimits:
             a += [flag, str(amount)]
         a += ["--", *spec.argv]
@@ -252,7 +242,10 @@ class BwrapBackend:
         for sock in spec.relays.values():
             if not Path(sock).exists():
                 raise SandboxError(f"relay target {sock} does not exist")
-        return _Trial(self, spec).run()
+        try:
+            return _Trial(self, spec).run()
+        except OSError as exc:
+            raise SandboxError(f"the bwrap sandbox failed to start: {exc}") from exc
 
 
 @lru_cache(maxsize=1)
@@ -278,6 +271,13 @@ class _Trial:
         r, w = os.pipe()
         self.fds += [r, w]
         return r, w
+
+    def _high(self, fd: int) -> int:
+        """A copy of ``fd`` numbered 10 or above (the wrappers own fds 0 to 9)."""
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        self.fds.append(high)
+        self._close(fd)
+        return high
 
     def _close(self, fd: int) -> None:
         if fd in self.fds:
@@ -311,9 +311,14 @@ class _Trial:
         info_r, info_w = self._pipe()
         status_r, status_w = self._pipe()
         release_r, release_w = self._pipe()
+        if seccomp_fd is not None:
+            seccomp_fd = self._high(seccomp_fd)
+        info_w = self._high(info_w)
         rlimits: list[tuple[str, int]] = [
             ("-c", 0),
-            ("-t", max(1, math.ceil(self.limits.cpu_time_s))),
+            # soft below hard: SIGXCPU (status 152) at the limit, SIGKILL a second later
+            ("-St", max(1, math.ceil(self.limits.cpu_time_s))),
+            ("-Ht", max(1, math.ceil(self.limits.cpu_time_s)) + 1),
         ]
         if cg is None:
             rlimits.append(("-v", self.limits.memory_mb * 1024))
@@ -324,33 +329,28 @@ class _Trial:
             etc=etc_dir(),
             seccomp_fd=seccomp_fd,
             info_fd=info_w,
-            status_fd=status_w,
-            release_fd=release_r,
             rlimits=rlimits,
         )
-        if cg is not None:
-            argv = [
-                "/bin/sh",
-                "-c",
-                cgexec_script(),
-                "cgexec",
-                *map(str, cg.procs_files),
-                "--",
-                *argv,
-            ]
-        pass_fds = [fd for fd in (seccomp_fd, info_w, status_w, release_r) if fd is not None]
-
-        with (
-            open(self.io.stdin_path, "rb") as fin,
-            open(self.io.stdout_path, "wb") as fout,
-            open(self.io.stderr_path, "wb") as ferr,
-        ):
+        procs = [str(f) for f in cg.procs_files] if cg is not None else []
+        argv = [
+            "/bin/sh",
+            "-c",
+            HOST_WRAPPER,
+            "host",
+            str(self.io.stdin_path),
+            str(self.io.stdout_path),
+            *procs,
+            "--",
+            *argv,
+        ]
+        pass_fds = [fd for fd in (seccomp_fd, info_w) if fd is not None]
+        with open(self.io.stderr_path, "wb") as ferr:
 
             def spawn() -> subprocess.Popen[bytes]:
                 return subprocess.Popen(
                     argv,
-                    stdin=fin,
-                    stdout=fout,
+                    stdin=release_r,
+                    stdout=status_w,
                     stderr=ferr,
                     pass_fds=pass_fds,
                     close_fds=True,
@@ -403,6 +403,8 @@ class _Trial:
             wall_s=self.limits.wall_s,
             memory_mb=self.limits.memory_mb,
             pids=self.limits.pids,
+            exit_status=exit_status,
+            cpu_s=self.limits.cpu_time_s,
         )
         if flooded:
             obs.append(Observation("output_truncated", "output flood; trial stopped"))
@@ -453,10 +455,6 @@ class _Trial:
             if pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-
-
-def cgexec_script() -> str:
-    return CGEXEC
 
 
 def _read_child_pid(info_r: int) -> int | None:

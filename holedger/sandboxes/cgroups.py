@@ -185,12 +185,7 @@ class CgroupManager:
         v1, v2 = _mounts()
         if v2 is not None:
             parent = v2 / own.get("", "/").lstrip("/")
-            ctrls = (
-                set((parent / "cgroup.controllers").read_text().split())
-                if (parent / "cgroup.controllers").exists()
-                else set()
-            )
-            if {"memory", "pids", "cpu"} <= ctrls and os.access(parent, os.W_OK):
+            if self._v2_delegates(parent):
                 self.version, self._parents = 2, {"unified": parent}
                 self.reason = f"cgroup v2 at {v2}"
                 return
@@ -205,6 +200,35 @@ class CgroupManager:
             return
         self.version, self._parents = 1, parents
         self.reason = "cgroup v1 (memory, cpu, cpuacct, pids, freezer)"
+
+    @staticmethod
+    def _v2_delegates(parent: Path) -> bool:
+        """Does ``parent`` hand memory, pids and cpu to its children (or can it be made to)?"""
+        wanted = {"memory", "pids", "cpu"}
+        try:
+            if not wanted <= set((parent / "cgroup.controllers").read_text().split()):
+                return False
+            subtree = parent / "cgroup.subtree_control"
+            if wanted <= set(subtree.read_text().split()):
+                return True
+            _write(subtree, " ".join(f"+{c}" for c in sorted(wanted)))
+            return wanted <= set(subtree.read_text().split())
+        except OSError:
+            return False
+
+    def collect_garbage(self) -> list[str]:
+        """Remove empty per-trial groups a crashed holedger left behind; returns their names."""
+        removed: set[str] = set()
+        for parent in self._parents.values():
+            for d in parent.glob("holedger-*"):
+                try:
+                    if (d / "cgroup.procs").read_text().strip():
+                        continue
+                    d.rmdir()
+                    removed.add(d.name)
+                except OSError:
+                    continue
+        return sorted(removed)
 
     @property
     def usable(self) -> bool:

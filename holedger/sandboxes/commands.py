@@ -33,7 +33,7 @@ def doctor_cmd(as_json: bool) -> None:
 
 @click.group("sandbox")
 def sandbox_group() -> None:
-    """Sandbox backends: the docker image."""
+    """Sandbox maintenance: the docker image, leftovers of crashed trials."""
 
 
 @sandbox_group.command("build-image")
@@ -58,6 +58,32 @@ def build_image_cmd(tag: str | None, as_json: bool) -> None:
         f"built {info.tag} ({info.image_id[:19]}, {info.size_bytes // (1 << 20)} MiB, "
         f"runtime {info.runtime_key})"
     )
+
+
+@sandbox_group.command("gc")
+@click.option(
+    "--all", "everything", is_flag=True, help="Also remove trial containers still in time."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def gc_cmd(everything: bool, as_json: bool) -> None:
+    """Remove what crashed trials left: empty trial cgroups and expired trial containers."""
+    from holedger.sandboxes.cgroups import manager
+    from holedger.sandboxes.docker_backend import DockerBackend
+
+    groups = manager().collect_garbage() if manager().usable else []
+    containers: list[str] = []
+    docker = DockerBackend()
+    docker_ok, why = docker.available()
+    if docker_ok:
+        containers = docker.collect_garbage(force=everything)
+    if as_json:
+        emit_json(
+            {"cgroups": groups, "containers": containers, "docker": None if docker_ok else why}
+        )
+        return
+    click.echo(f"removed {len(groups)} trial cgroup(s) and {len(containers)} container(s)")
+    if not docker_ok:
+        click.echo(f"docker skipped: {why}")
 
 
 def register(cli: click.Group) -> None:

@@ -147,12 +147,25 @@ def leftover_observation(left: list[tuple[int, int, str]]) -> Observation:
     )
 
 
+SIGXCPU_STATUS = 128 + 24  # the exit status of a process killed at its CPU-time rlimit
+
+
 def limit_observations(
-    *, timed_out: bool, oom: bool, pids_hit: bool, wall_s: float, memory_mb: int, pids: int
+    *,
+    timed_out: bool,
+    oom: bool,
+    pids_hit: bool,
+    wall_s: float,
+    memory_mb: int,
+    pids: int,
+    exit_status: int | None = None,
+    cpu_s: float | None = None,
 ) -> list[Observation]:
     out = []
     if timed_out:
         out.append(Observation("timeout", f"killed at the {wall_s:g} s wall-time limit"))
+    elif exit_status == SIGXCPU_STATUS and cpu_s is not None:
+        out.append(Observation("timeout", f"killed at the {cpu_s:g} s CPU-time limit"))
     if oom:
         out.append(Observation("out_of_memory", f"killed at the {memory_mb} MiB memory limit"))
     if pids_hit:

@@ -218,7 +218,7 @@ class DockerBackend:
             "nano_cpus": int(lim.cpus * 1e9),
             "pids_limit": lim.pids,
             "ulimits": [
-                docker.types.Ulimit(name="cpu", soft=cpu_s, hard=cpu_s),
+                docker.types.Ulimit(name="cpu", soft=cpu_s, hard=cpu_s + 1),
                 docker.types.Ulimit(name="core", soft=0, hard=0),
             ],
             "user": f"{SANDBOX_UID}:{SANDBOX_GID}",
@@ -327,6 +327,8 @@ class DockerBackend:
             wall_s=lim.wall_s,
             memory_mb=lim.memory_mb,
             pids=lim.pids,
+            exit_status=exit_status,
+            cpu_s=lim.cpu_time_s,
         )
         if flooded:
             observations.append(Observation("output_truncated", "output flood; trial stopped"))

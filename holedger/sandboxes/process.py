@@ -85,7 +85,8 @@ class ProcessBackend:
             }
         )
         cg = cgroups.manager().create(spec.label or "trial", limits)
-        ulimits = [("-c", "0"), ("-t", str(max(1, math.ceil(limits.cpu_time_s))))]
+        cpu_s = max(1, math.ceil(limits.cpu_time_s))
+        ulimits = [("-c", "0"), ("-St", str(cpu_s)), ("-Ht", str(cpu_s + 1))]
         if cg is None:
             ulimits.append(("-v", str(limits.memory_mb * 1024)))
         argv = ["/bin/sh", "-c", RLIMIT_WRAPPER, "rlimits"]
@@ -146,6 +147,8 @@ class ProcessBackend:
                 wall_s=limits.wall_s,
                 memory_mb=limits.memory_mb,
                 pids=limits.pids,
+                exit_status=exit_status,
+                cpu_s=limits.cpu_time_s,
             )
             if flooded:
                 observations.append(Observation("output_truncated", "output flood; stopped"))

@@ -56,6 +56,10 @@ def host_interpreter() -> Interpreter:
             shared = (Path(libdir) / soname).resolve()
     candidates = [*site.getsitepackages(), site.getusersitepackages()]
     candidates += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    # Other interpreters under /usr (visible in bwrap) keep their packages here.
+    for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages"):
+        candidates += [str(p) for p in Path("/usr").glob(pattern)]
+        candidates += [str(p) for p in Path("/usr/local").glob(pattern)]
     hidden = tuple(sorted({Path(p).resolve() for p in candidates if Path(p).is_dir()}))
     version = ".".join(str(v) for v in sys.version_info[:3])
     return Interpreter(executable, stdlib, shared, hidden, version)

@@ -71,9 +71,37 @@ def _check_str(text: str, path: str) -> None:
 
 def canonical_json(value: JSONValue) -> bytes:
     """Encode ``value`` as holedger canonical JSON bytes (see module docstring)."""
+    fast = _encode_checked_by_parsing(value)
+    if fast is not None:
+        return fast
     _check(value, 0, "$")
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode("utf-8")
+
+
+def _encode_checked_by_parsing(value: JSONValue) -> bytes | None:
+    """The common case at C speed: encode, parse back strictly, compare; None if unsure.
+
+    Parsing refuses what the rules refuse (floats, NaN, out-of-range integers) and the
+    comparison catches what encoding would silently change (non-string keys, tuples,
+    other types); anything unusual, or possibly nested deeper than MAX_DEPTH, takes the
+    walking path, which accepts or refuses it with a precise message.
+    """
+    try:
+        data = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8")
+        if data.count(b"{") + data.count(b"[") > MAX_DEPTH:
+            return None
+        again = json.loads(
+            data,
+            parse_float=_reject_float,
+            parse_int=_exact_int,
+            parse_constant=_reject_constant,
+        )
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError, CanonicalError):
+        return None
+    return data if again == value else None
 
 
 def _reject_float(token: str) -> Any:

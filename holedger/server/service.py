@@ -56,7 +56,7 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 from holedger.schemas.types import Role
-from holedger.server import rules
+from holedger.server import rules, taskview
 from holedger.server.candidates import (
     DEFAULT_LIMITS,
     CandidateRefused,
@@ -70,7 +70,7 @@ from holedger.server.candidates import (
 )
 from holedger.server.sandbox import Backend, Limits, get_backend
 from holedger.server.state import CandidateInfo, RunState, StateCache
-from holedger.server.taskview import CaseData, ServerTask, load_server_task
+from holedger.server.taskview import CaseData, ServerTask
 from holedger.server.trials import TrialGateway, TrialOutcome, TrialPlan, TrialRunner
 
 BASELINE_OPTIMIZER = "seed-baseline"
@@ -172,7 +172,7 @@ class RunService:
         *,
         gateway: TrialGateway | Literal["auto"] | None = "auto",
         workers: int = DEFAULT_WORKERS,
-        task_loader: Callable[[str], ServerTask] = load_server_task,
+        task_loader: Callable[[str], ServerTask] | None = None,
         tree_limits: TreeLimits = DEFAULT_LIMITS,
         default_backend: str | None = None,
     ) -> None:
@@ -201,7 +201,8 @@ class RunService:
     def task(self, ref: str) -> ServerTask:
         with self._lock:
             if ref not in self._tasks:
-                self._tasks[ref] = self.task_loader(ref)
+                loader = self.task_loader or taskview.load_server_task
+                self._tasks[ref] = loader(ref)
             return self._tasks[ref]
 
     def run_task(self, run_id: str) -> ServerTask:

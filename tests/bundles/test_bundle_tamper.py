@@ -186,6 +186,15 @@ def test_truncated_tail_is_named_and_a_published_checkpoint_pins_the_length(
     assert any("not in the log" in f.reason for f in report.failures)
 
 
+def test_runclosed_removed_is_named(genuine: Path, tmp_path: Path) -> None:
+    entries = entries_of(genuine)
+    recs = records(entries)
+    path = rewrite(genuine, tmp_path / "t.hlb", replace_records(entries, recs[:-2] + recs[-1:]))
+    report = check(path)
+    assert_named(report, "sequence", len(recs) - 1)
+    assert_named(report, "closed")
+
+
 def test_replaced_blob_content_is_named(genuine: Path, tmp_path: Path) -> None:
     entries = entries_of(genuine)
     blob_at = next(i for i, (k, _) in enumerate(entries) if k == 0x04)

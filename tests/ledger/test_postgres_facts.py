@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import uuid
 from collections.abc import Iterator
@@ -153,7 +154,7 @@ def test_global_id_gaps_are_not_deletions(pg_url: str) -> None:
             first.append(run_id, "GatewayCall", gateway_call(f"b{n}"), "gateway")
         first.close_run(run_id)
         ids = _global_ids(first, run_id)
-        gaps = [b - a for a, b in zip(ids, ids[1:], strict=False) if b - a > 1]
+        gaps = [b - a for a, b in itertools.pairwise(ids) if b - a > 1]
         assert gaps and max(gaps) > 1000
         report = replay_run(first, run_id, projections=())
         assert report.verified, report.failures[:3]

@@ -43,8 +43,7 @@ def append_batches_forever(url: str, seed: bytes, run_id: str, first_batch: int)
     while True:
         size = 1 + batch % 4
         items = [
-            ("GatewayCall", gateway_call(f"b{batch}-{i}-of-{size}"), "gateway")
-            for i in range(size)
+            ("GatewayCall", gateway_call(f"b{batch}-{i}-of-{size}"), "gateway") for i in range(size)
         ]
         ledger.append_many(run_id, items)  # type: ignore[arg-type]
         batch += 1

@@ -453,3 +453,17 @@ def test_honest_run_is_not_failed_by_these_checks(
     honest_search(writer, SEED, CAND)
     honest_finish(writer, CAND)
     assert replay(writer.run_id).verified
+
+
+def test_test_trial_after_scoring_is_caught(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = _writer(ledger)
+    writer.nominate(CAND)
+    writer.heldout(CAND)
+    writer.scored(CAND)
+    rid, _ = writer.request(CAND, "test", [c.id for c in TEST], K)
+    seq = writer.trial(rid, CAND, "test", TEST[0].id, 0)
+    writer.close()
+    sealed = failures_of(replay(writer.run_id), "test_split_sealed")
+    assert any(f.startswith(f"{seq}:") and "after RunScored" in f for f in sealed)

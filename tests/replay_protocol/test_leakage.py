@@ -152,6 +152,9 @@ def test_matcher_rules() -> None:
     assert matcher.find(f"x = {value}1; y = 0.{value}; rp-test-01") == set()
     assert {i.label() for i in matcher.find(f"x = {value}")} == {"answer of rp-test-0"}
     assert {i.label() for i in matcher.find("'rp-test-3'")} == {"case id rp-test-3"}
+    # thousands separators: "7,301" is the number 7301; "4,7301" is no number of ours
+    assert {i.label() for i in matcher.find(f"{value[0]},{value[1:]}")} == {"answer of rp-test-0"}
+    assert matcher.find(f"4,{value}") == set()
     # answer kinds shared with dev/val cases ("lookup") are not test content
     assert matcher.find("kind = 'lookup'") == set()
     # one or two chance answers are not a finding; three are; a case id alone is

@@ -40,6 +40,16 @@ def every_backend(request: pytest.FixtureRequest) -> Backend:
 
 
 @pytest.fixture
+def docker_backend() -> Backend:
+    return backend_or_skip("docker")
+
+
+@pytest.fixture
+def bwrap_backend() -> Backend:
+    return backend_or_skip("bwrap")
+
+
+@pytest.fixture
 def process_backend() -> Backend:
     return backend_or_skip("process")
 

@@ -7,6 +7,7 @@ the trial is alive anywhere on the host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -56,16 +57,19 @@ def host_secrets(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_cannot_read_host_secrets(
-    isolating: Backend, run_harness: Runner, host_secrets: dict[str, Path]
+    isolating: Backend, run_harness: Runner, host_secrets: dict[str, Path], code_dir: Path
 ) -> None:
+    (code_dir / "leak").symlink_to(host_secrets["secret"])  # a symlink committed in the tree
     paths = [str(p) for p in host_secrets.values()]
     paths += ["/etc/shadow", str(Path(holedger.__file__)), "/root/.ssh/id_ed25519"]
+    paths += ["/code/leak"]
     result = run_harness(isolating, PROBE, stdin=json.dumps({"paths": paths}).encode())
     assert result.exit_status == 0, result.stderr
     seen = json.loads(result.stdout)
     for path in paths:
         assert not seen[path].startswith("READ"), f"{path} was readable: {seen[path]}"
-        outcome = seen[path].removesuffix(" +dir-listed") if path == "/etc/shadow" else seen[path]
+        listable = path in ("/etc/shadow", "/code/leak")  # /etc and /code exist inside
+        outcome = seen[path].removesuffix(" +dir-listed") if listable else seen[path]
         assert outcome in ("FileNotFoundError", "PermissionError"), f"{path}: {seen[path]}"
     assert b"TOPSECRET" not in result.stdout
 
@@ -334,3 +338,61 @@ def test_output_is_capped(isolating: Backend, run_harness: Runner) -> None:
     assert result.stdout_truncated and not result.stderr_truncated
     assert result.stderr == b"e" * 10
     assert "output_truncated" in result.categories()
+
+
+def test_stale_trial_containers_are_collected(docker_backend: Backend) -> None:
+    """A container left by a crashed holedger (deadline passed) is removed by label."""
+    from holedger.sandboxes.docker_backend import LABEL, DockerBackend
+
+    assert isinstance(docker_backend, DockerBackend)
+    api = docker_backend.client.api
+    stale = api.create_container(
+        docker_backend.image,
+        command=["/bin/sh", "-c", "sleep 600"],
+        labels={LABEL: "1", "holedger.trial": "crashed", "holedger.deadline": "1"},
+        host_config=api.create_host_config(network_mode="none"),
+    )["Id"]
+    fresh = api.create_container(
+        docker_backend.image,
+        command=["/bin/sh", "-c", "sleep 600"],
+        labels={LABEL: "1", "holedger.trial": "running", "holedger.deadline": "99999999999"},
+        host_config=api.create_host_config(network_mode="none"),
+    )["Id"]
+    try:
+        api.start(stale)
+        removed = docker_backend.collect_garbage()
+        assert stale in removed
+        assert fresh not in removed
+        ids = {c["Id"] for c in api.containers(all=True, filters={"label": LABEL})}
+        assert stale not in ids and fresh in ids
+    finally:
+        for cid in (stale, fresh):
+            with contextlib.suppress(Exception):
+                api.remove_container(cid, force=True)
+
+
+def test_output_flood_stops_the_trial(isolating: Backend, run_harness: Runner) -> None:
+    result = run_harness(
+        isolating,
+        """
+        import sys
+        block = "z" * 65536
+        while True:
+            sys.stdout.write(block)
+        """,
+        limits=Limits(wall_s=60, output_bytes=4096),
+    )
+    assert not result.timed_out
+    assert result.stdout == b"z" * 4096 and result.stdout_truncated
+    assert "output flood; trial stopped" in [o.detail for o in result.observations]
+
+
+def test_cpu_time_limit_stops_a_busy_loop(isolating: Backend, run_harness: Runner) -> None:
+    result = run_harness(
+        isolating,
+        "while True: pass",
+        limits=Limits(wall_s=30, cpu_s=1),
+    )
+    assert not result.timed_out
+    assert result.exit_status == 152  # SIGXCPU at the CPU-time rlimit
+    assert "killed at the 1 s CPU-time limit" in [o.detail for o in result.observations]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from holedger.sandboxes.spec import Backend, Limits, SandboxResult
+from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
 
 Runner = Callable[..., SandboxResult]
 
@@ -157,3 +157,74 @@ def test_process_backend_says_unisolated_and_still_kills_its_tree(
     assert result.isolation == "none"
     assert result.timed_out
     assert {"unisolated_trial", "timeout"} <= set(result.categories())
+
+
+@pytest.fixture
+def without_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend no cgroup hierarchy is usable, as on a machine where holedger is not root."""
+    from holedger.sandboxes import cgroups
+
+    manager = cgroups.CgroupManager()
+    manager.version, manager.reason = None, "disabled by the test"
+    monkeypatch.setattr(cgroups, "_MANAGER", manager)
+
+
+def test_bwrap_without_cgroups_falls_back_to_rlimits(
+    without_cgroups: None, bwrap_backend: Backend, run_harness: Runner
+) -> None:
+    backend = bwrap_backend
+    hog = run_harness(
+        backend,
+        """
+        try:
+            x = bytearray(1024 * 1024 * 1024)
+            print("allocated")
+        except MemoryError:
+            print("MemoryError")
+        """,
+        limits=Limits(wall_s=30, memory_mb=256),
+    )
+    assert hog.limits_by == "rlimit"
+    assert hog.stdout.strip() == b"MemoryError"
+    sleeper = run_harness(
+        backend,
+        """
+        import os, time
+        if os.fork() == 0:
+            os.setsid(); time.sleep(600)
+        time.sleep(600)
+        """,
+        limits=Limits(wall_s=1.5),
+    )
+    assert sleeper.timed_out and sleeper.limits_by == "rlimit"
+
+
+def test_concurrent_trials_keep_their_own_observations(isolating: Backend, code_dir: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> SandboxResult:
+        spec = SandboxSpec(
+            code_dir=code_dir,
+            argv=["python3", "-c", PROBE_ONE.format(i=i)],
+            limits=Limits(wall_s=30),
+            label=f"concurrent-{i}",
+        )
+        return isolating.run(spec)
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(one, range(3)))
+    for i, result in enumerate(results):
+        assert result.stdout == f"{i}\n".encode(), result.stderr
+        details = [o.detail for o in result.observations]
+        assert details == [f"tcp connect to 10.0.0.{i}:80"]
+
+
+PROBE_ONE = """
+import socket
+s = socket.socket(); s.settimeout(5)
+try:
+    s.connect(("10.0.0.{i}", 80))
+except OSError:
+    pass
+print({i})
+"""

@@ -71,7 +71,8 @@ def test_a_good_candidate_is_committed_with_its_changed_paths(
 
 
 @pytest.mark.parametrize(
-    "bad_path", ["../escape.py", "/etc/passwd", "harness/../../x.py", "a//b.py", "./x.py", ".git/config"]
+    "bad_path",
+    ["../escape.py", "/etc/passwd", "harness/../../x.py", "a//b.py", "./x.py", ".git/config"],
 )
 def test_escaping_paths_in_a_file_map_are_refused(bad_path: str) -> None:
     with pytest.raises(CandidateRefused):

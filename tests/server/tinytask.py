@@ -16,12 +16,12 @@ from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget,
 from holedger.server.candidates import seed_commit_id
 from holedger.server.taskview import CaseData, ServerTask
 
-SEED_MAIN = '''import json, sys
+SEED_MAIN = """import json, sys
 case = json.loads(sys.stdin.read())
 q = case["q"]
 print("thinking about", q, file=sys.stderr)
 print(json.dumps({"answer": q if q.startswith("hard") else q.upper()}))
-'''
+"""
 
 CASES = {
     "dev": [f"dev-{i}" for i in range(6)],
@@ -95,7 +95,7 @@ def make_task(
     return ServerTask(ref, terms, digest, seed, cases, verify)
 
 
-PERFECT_MAIN = '''import json, sys
+PERFECT_MAIN = """import json, sys
 case = json.loads(sys.stdin.read())
 print(json.dumps({"answer": case["q"].upper()}))
-'''
+"""

@@ -25,7 +25,7 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 ANSWER_INSTRUCTIONS = ""
 
 # --- step cap
-MAX_STEPS = 3
+MAX_STEPS = 2
 
 # --- retry and timeout policy
 MAX_RETRIES = 0
@@ -60,7 +60,7 @@ def search(query: str, corpus: dict[str, str]) -> str:
     """Rank documents by how many query words they contain; return the top two, clipped."""
     words = {w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 2}
     ranked = sorted(corpus, key=lambda name: -sum(w in corpus[name].lower() for w in words))
-    return "\n\n".join(corpus[name][:700] for name in ranked[:2])
+    return "\n\n".join(corpus[name][:900] for name in ranked[:2])
 
 
 # --- context management

@@ -1,0 +1,127 @@
+"""Signature verification in worker processes, for replaying long runs on several cores.
+
+Ed25519 verification is most of replay's cost and each signature is independent of the
+others, so it parallelises; everything that depends on order (seq, chain, Merkle
+frontier, checkpoints, projections) stays in the calling process. Records are parsed in
+chunks; each chunk's signatures go to a worker with the keys RunOpened declares, while
+the next chunks are parsed; results are consumed strictly in stream order, so the
+report is exactly the one a single-process replay gives. A verdict from a worker is used
+only if it was computed with the key the in-order pass would use; otherwise (a run whose
+RunOpened is damaged, say) the signature is verified again in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import multiprocessing
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from holedger.errors import VerificationError
+from holedger.ledger.records import Record, parse_record
+
+if TYPE_CHECKING:
+    from holedger.replay.engine import _Verifier
+
+CHUNK = 1024
+
+Job = tuple[str, bytes, bytes]  # role, signed bytes, signature
+Parsed = Record | VerificationError
+
+
+def verify_chunk(keys: dict[str, bytes], jobs: list[Job]) -> list[bool | None]:
+    """For each job: did its role's key verify it (None: no key for the role)."""
+    verifiers = {role: Ed25519PublicKey.from_public_bytes(raw) for role, raw in keys.items()}
+    out: list[bool | None] = []
+    for role, signed, signature in jobs:
+        verifier = verifiers.get(role)
+        if verifier is None:
+            out.append(None)
+            continue
+        try:
+            verifier.verify(signature, signed)
+            out.append(True)
+        except InvalidSignature:
+            out.append(False)
+    return out
+
+
+def declared_keys(rec: Parsed) -> dict[str, bytes]:
+    """The role keys a RunOpened record declares, read without trusting it.
+
+    Only a guess for dispatching work: the in-order pass decides what is trusted.
+    """
+    if not isinstance(rec, Record) or rec.type != "RunOpened":
+        return {}
+    keys: dict[str, bytes] = {}
+    declared = rec.payload.get("keys")
+    if not isinstance(declared, dict):
+        return {}
+    for role, info in declared.items():
+        if isinstance(info, dict) and isinstance(info.get("public_key"), str):
+            try:
+                raw = base64.b64decode(info["public_key"], validate=True)
+            except binascii.Error:
+                continue
+            if len(raw) == 32:
+                keys[str(role)] = raw
+    return keys
+
+
+def _parse(raw: bytes) -> Parsed:
+    try:
+        return parse_record(raw)
+    except VerificationError as exc:
+        return exc
+
+
+def _chunks(records: Iterable[bytes]) -> Iterator[list[bytes]]:
+    it = iter(records)
+    while chunk := list(islice(it, CHUNK)):
+        yield chunk
+
+
+def _context() -> Any:
+    """A start method that never copies this process's open database connections."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])  # workers start forked, already imported
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def feed_in_parallel(verifier: _Verifier, records: Iterable[bytes], workers: int) -> None:
+    """Feed ``records`` to ``verifier`` in order, verifying signatures in ``workers``."""
+    keys: dict[str, bytes] | None = None
+    window: deque[tuple[list[Parsed], dict[str, bytes], Future[list[bool | None]]]] = deque()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+
+        def drain_one() -> None:
+            parsed, used, future = window.popleft()
+            results = iter(future.result())
+            for item in parsed:
+                if isinstance(item, VerificationError):
+                    verifier.feed_unparsed(item)
+                    continue
+                valid = next(results)
+                key = used.get(item.role)
+                verdict = None if valid is None or key is None else (key, valid)
+                verifier.feed_parsed(item, verdict)
+
+        for chunk in _chunks(records):
+            parsed = [_parse(raw) for raw in chunk]
+            if keys is None:
+                keys = declared_keys(parsed[0])
+            jobs = [(r.role, r.signed, r.signature) for r in parsed if isinstance(r, Record)]
+            window.append((parsed, keys, pool.submit(verify_chunk, keys, jobs)))
+            while len(window) > 2 * workers:
+                drain_one()
+        while window:
+            drain_one()

@@ -1,0 +1,91 @@
+"""A real OpenAI-compatible upstream: base URL and a key from a named environment variable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from conftest import SIM_MODEL, CountingUpstream, close_env, make_terms, open_env
+
+from holedger.errors import ConfigError
+from holedger.gateway.config import GatewayConfig
+from holedger.gateway.serve import AppServer
+from holedger.gateway.wire import Receive, Scope, Send
+
+
+class HeaderSpy(CountingUpstream):
+    def __init__(self) -> None:
+        super().__init__()
+        self.auth: list[bytes] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.auth += [v for k, v in scope["headers"] if k == b"authorization"]
+        await super().__call__(scope, receive, send)
+
+
+@pytest.fixture
+def spy_server() -> Iterator[tuple[HeaderSpy, AppServer]]:
+    spy = HeaderSpy()
+    server = AppServer(spy).start()
+    yield spy, server
+    server.stop()
+
+
+def test_upstream_gets_its_own_key_never_the_trial_token(
+    tmp_path: Path, spy_server: tuple[HeaderSpy, AppServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy, server = spy_server
+    monkeypatch.setenv("HOLEDGER_TEST_UPSTREAM_KEY", "sk-upstream-secret")
+    config_file = tmp_path / "gateway.toml"
+    config_file.write_text(
+        "[gateway]\n"
+        f'upstream_base_url = "{server.base_url}"\n'
+        'upstream_api_key_env = "HOLEDGER_TEST_UPSTREAM_KEY"\n'
+        "default_max_tokens = 77\n"
+        'max_tokens_field = "max_tokens"\n'
+    )
+    config = GatewayConfig.load(config_file)
+    env = open_env(f"sqlite:///{tmp_path / 'l.db'}", make_terms(), config)
+    try:
+        token = env.trial_token()
+        sdk = openai.OpenAI(base_url=env.base_url, api_key=token, max_retries=0)
+        sdk.chat.completions.create(model=SIM_MODEL, messages=[{"role": "user", "content": "x"}])
+        assert spy.auth == [b"Bearer sk-upstream-secret"]
+        assert spy.bodies[0]["max_tokens"] == 77
+        assert token.encode() not in repr(spy.bodies).encode()
+    finally:
+        close_env(env)
+
+
+def test_a_missing_key_variable_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HOLEDGER_TEST_NO_SUCH_KEY", raising=False)
+    config = GatewayConfig.from_mapping(
+        {
+            "upstream_base_url": "http://127.0.0.1:9/v1",
+            "upstream_api_key_env": "HOLEDGER_TEST_NO_SUCH_KEY",
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        config.upstream.api_key()
+    assert "HOLEDGER_TEST_NO_SUCH_KEY" in info.value.one_line()
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"upstream_base_url": "http://x/v1", "aliases": {"gpt-*": "m"}},
+        {"upstream_base_url": "http://x/v1", "unknown_setting": 1},
+        {},
+    ],
+)
+def test_bad_configurations_are_refused(table: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        GatewayConfig.from_mapping(table)
+
+
+def test_simulator_upstream_by_configuration() -> None:
+    config = GatewayConfig.from_mapping({"upstream": "simulator", "simulator_seed": 3})
+    assert config.upstream.simulator and config.upstream.simulator_seed == 3

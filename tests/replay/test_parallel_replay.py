@@ -1,0 +1,76 @@
+"""Replay with signature verification in worker processes gives the very same report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ledger.attacker import Row, flip, resign_run
+from ledger.recorded_run import record_run
+
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.records import parse_record
+from holedger.ledger.store import Ledger
+from holedger.replay import parallel
+from holedger.replay.engine import LedgerBlobs, replay_run, verify_records
+from holedger.replay.report import ReplayReport
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ledger, str, list[bytes]]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('parallel') / 'ledger.db'}"
+    ledger = Ledger.open(url, SigningKey.generate("holedger-operator"), checkpoint_interval=32)
+    run_id = record_run(ledger, rounds=4)
+    return ledger, run_id, [raw for _, raw in ledger.raw_records(run_id)]
+
+
+def _both(
+    ledger: Ledger, run_id: str, records: list[bytes], monkeypatch: pytest.MonkeyPatch, **kw: object
+) -> tuple[ReplayReport, ReplayReport]:
+    monkeypatch.setattr(parallel, "CHUNK", 7)  # many chunks, so ordering across them counts
+    blobs = LedgerBlobs(ledger)
+    one = verify_records(run_id, records, blobs, projections=(), **kw)  # type: ignore[arg-type]
+    two = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
+    return one, two
+
+
+def test_intact_run(
+    stored: tuple[Ledger, str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, run_id, records = stored
+    one, two = _both(ledger, run_id, records, monkeypatch)
+    assert one.verified and one == two
+
+
+def test_tampered_runs(
+    stored: tuple[Ledger, str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, run_id, records = stored
+    sig_flip = list(records)
+    sig_flip[9] = flip(records[9], records[9].rindex(b',"sig":"') + 12)
+    garbage = list(records)
+    garbage[3] = b"not json"
+    swapped = list(records)
+    swapped[10], swapped[11] = swapped[11], swapped[10]
+    for variant in (sig_flip, garbage, swapped, records[1:], records[:40]):
+        one, two = _both(ledger, run_id, variant, monkeypatch)
+        assert not one.verified
+        assert one == two
+
+
+def test_resigned_run_with_pinned_key(
+    stored: tuple[Ledger, str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, run_id, records = stored
+    rows = [Row(i, i + 1, parse_record(r).type, r) for i, r in enumerate(records)]
+    forged = resign_run(rows, SigningKey.generate("holedger-operator"))
+    pinned = [ledger.signers["server"].public]
+    one, two = _both(ledger, run_id, forged, monkeypatch, trusted_keys=pinned)
+    assert not one.verified and one == two
+
+
+def test_replay_run_accepts_workers(
+    stored: tuple[Ledger, str, list[bytes]], tmp_path: Path
+) -> None:
+    ledger, run_id, _ = stored
+    assert replay_run(ledger, run_id, projections=(), workers=2).verified

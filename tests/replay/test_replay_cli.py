@@ -1,0 +1,203 @@
+"""`holedger replay`: verdict, named checks, first failures, exit codes 0/1/2, --json.
+
+Driven through click's CliRunner, and once through the installed ``holedger`` console
+script in a real subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from holedger.cli import cli
+from holedger.config import Settings
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+
+INTEGRITY_CHECKS = {
+    "records",
+    "run",
+    "keys",
+    "signatures",
+    "sequence",
+    "chain",
+    "schema",
+    "blobs",
+    "checkpoints",
+    "closed",
+}
+
+
+def _task_run(ledger: Ledger) -> str:
+    from fractions import Fraction
+
+    from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget, TaskTerms
+
+    digest = "ab" * 32
+    terms = TaskTerms(
+        task_id="cli-task",
+        models=["sim-small"],
+        split_sizes={"dev": 4, "val": 4, "test": 4},
+        split_digests={"dev": digest, "val": digest, "test": digest},
+        manifest_digest=digest,
+        budget=BudgetVector(
+            dev=SplitBudget(calls=10, case_passes=Fraction(4)),
+            val=SplitBudget(calls=10, case_passes=Fraction(4)),
+            target_tokens=1000,
+        ),
+        disclosure=DisclosurePolicy(),
+        k=3,
+        resolution_band=Fraction(1, 20),
+        verifier_digest=digest,
+        seed_commit="0" * 40,
+        entrypoint=["python", "-m", "harness"],
+        immutable_paths=[],
+        case_timeout_s=30,
+        environment_digest=digest,
+    )
+    run_id = ledger.open_run(terms, task_digest=digest, optimizer="cli-test")
+    ledger.close_run(run_id, reason="completed")
+    return run_id
+
+
+@pytest.fixture()
+def home(tmp_path: Path) -> tuple[Path, str]:
+    """An initialised home holding one closed run."""
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["--home", str(home), "init", "--json"])
+    assert result.exit_code == 0, result.output
+    ledger = Ledger.from_settings(Settings.resolve(home))
+    run_id = _task_run(ledger)
+    ledger.close()
+    return home, run_id
+
+
+def replay(home: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--home", str(home), "replay", *args])
+
+
+def _flip_payload_byte(home: Path, run_id: str, seq: int) -> None:
+    """Edit the stored record directly, as an attacker with the database file would."""
+    conn = sqlite3.connect(home / "ledger.db")
+    with conn:
+        (state,) = conn.execute(
+            "SELECT state FROM holedger_events WHERE originator_id = ? AND originator_version = ?",
+            (uuid.UUID(run_id).bytes, seq + 1),
+        ).fetchone()
+        at = bytes(state).index(b'"reason":"') + len(b'"reason":"')
+        tampered = bytearray(state)
+        tampered[at] ^= 0x01
+        conn.execute(
+            "UPDATE holedger_events SET state = ? WHERE originator_id = ? "
+            "AND originator_version = ?",
+            (bytes(tampered), uuid.UUID(run_id).bytes, seq + 1),
+        )
+    conn.close()
+
+
+def test_verified_run_exits_0_with_verdict_and_checks(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    result = replay(path, run_id)
+    assert result.exit_code == 0, result.output
+    assert f"run {run_id}: VERIFIED (3 events)" in result.output
+    for check in INTEGRITY_CHECKS:
+        assert check in result.output
+    assert "taken on trust" in result.output  # no key pinned: it says so
+
+
+def test_json_report_has_the_documented_members(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    result = replay(path, run_id[:8], "--json")  # a unique prefix is enough
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert {"run_id", "verified", "events", "checks", "failures"} <= set(data)
+    assert data["run_id"] == run_id and data["verified"] is True and data["events"] == 3
+    assert data["failures"] == []
+    assert INTEGRITY_CHECKS <= {c["name"] for c in data["checks"]}
+    assert all(set(c) >= {"name", "ok", "detail"} for c in data["checks"])
+
+
+def test_tampered_run_exits_1_naming_seq_type_and_reason(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    _flip_payload_byte(path, run_id, 1)  # RunClosed's reason
+    result = replay(path, run_id, "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["verified"] is False
+    first = data["failures"][0]
+    assert (first["seq"], first["type"], first["check"]) == (1, "RunClosed", "signatures")
+    assert "signature does not verify" in first["reason"]
+    human = replay(path, run_id)
+    assert human.exit_code == 1
+    assert "FAILED" in human.output and "first failures" in human.output
+    assert "signature does not verify" in human.output
+
+
+def test_pinned_keys(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    vkey = (path / "keys" / "operator.pub").read_text().strip()
+    assert replay(path, run_id, "--trusted-key", vkey).exit_code == 0
+    keyring = path / "keyring.txt"
+    keyring.write_text(f"# the operator\n{vkey}\n")
+    assert replay(path, run_id, "--trusted-key", str(keyring)).exit_code == 0
+    other = SigningKey.generate("holedger-operator").public.vkey()
+    result = replay(path, run_id, "--trusted-key", other, "--json")
+    assert result.exit_code == 1
+    failure = json.loads(result.output)["failures"][0]
+    assert (failure["seq"], failure["check"]) == (0, "keys")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["00000000-0000-4000-8000-000000000000"],
+        ["zz"],
+        ["RUN", "--trusted-key", "not-a-key+1234+AAAA"],
+    ],
+)
+def test_bad_usage_or_unknown_run_exits_2(home: tuple[Path, str], args: list[str]) -> None:
+    path, run_id = home
+    args = [run_id if a == "RUN" else a for a in args]
+    result = replay(path, *args)
+    assert result.exit_code == 2, result.output
+    assert "holedger: error:" in result.output
+
+
+def test_replay_without_a_ledger_exits_2(tmp_path: Path) -> None:
+    result = replay(tmp_path / "nowhere", "00000000-0000-4000-8000-000000000000")
+    assert result.exit_code == 2, result.output
+    assert "holedger init" in result.output
+
+
+def test_console_script_in_a_subprocess(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    script = shutil.which("holedger") or str(Path(sys.executable).parent / "holedger")
+    if not Path(script).exists():
+        pytest.skip("the holedger console script is not installed (pip install -e .)")
+    env = dict(os.environ, HOLEDGER_HOME=str(path))
+    env.pop("HOLEDGER_LEDGER", None)
+    ok = subprocess.run(
+        [script, "replay", run_id, "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["verified"] is True
+    _flip_payload_byte(path, run_id, 1)
+    bad = subprocess.run(
+        [script, "replay", run_id], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert bad.returncode == 1
+    assert "FAILED" in bad.stdout
+    missing = subprocess.run(
+        [script, "replay", "0000ffff"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("holedger: error:")

@@ -1,0 +1,124 @@
+"""The command line: `holedger serve` as a real process; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from holedger.cli import cli
+from holedger.config import Settings
+from holedger.server import taskview
+from holedger.server.taskview import ServerTask
+
+from .tinytask import PERFECT_MAIN, write_seed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_serve_prints_its_urls_and_answers(fresh_home: Settings, tmp_path: Path) -> None:
+    sock = tmp_path / "api.sock"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "holedger.cli",
+            "--home",
+            str(fresh_home.home),
+            "serve",
+            "--port",
+            "0",
+            "--gateway-port",
+            "0",
+            "--socket",
+            str(sock),
+            "--json",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        urls = json.loads(proc.stdout.readline())
+        api = next(u for u in urls["api"] if u.startswith("http"))
+        assert f"unix:{sock}" in urls["api"]
+        assert any(u.startswith("http") for u in urls["gateway"])
+        assert httpx.get(f"{api}/healthz", timeout=10).json() == {"ok": True}
+        nobody = httpx.get(f"{api}/v1/runs/00000000-0000-4000-8000-000000000000", timeout=10)
+        assert nobody.status_code == 401
+        gateway = next(u for u in urls["gateway"] if u.startswith("http"))
+        models = httpx.get(f"{gateway}/models", timeout=10)
+        assert models.status_code == 401  # the gateway wants a token too
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def test_errors_are_one_line_with_a_hint(fresh_home: Settings) -> None:
+    runner = CliRunner()
+    home = ["--home", str(fresh_home.home)]
+    result = runner.invoke(cli, [*home, "eval", "ffff0000", "seed", "--split", "dev"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("holedger: error: no run ffff0000")
+    result = runner.invoke(cli, [*home, "nominate", "ab", "seed", "--json"])
+    assert result.exit_code == 2 and "at least 4 characters" in result.output
+
+
+def test_a_whole_run_from_the_command_line(
+    fresh_home: Settings, tiny: ServerTask, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(taskview, "load_server_task", lambda ref: tiny)
+    runner = CliRunner()
+    home = ["--home", str(fresh_home.home)]
+
+    def run(*args: str) -> Any:
+        result = runner.invoke(cli, [*home, *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    opened = run(
+        "run", "open", "--task", "tiny", "--optimizer", "cli", "--backend", "process", "--json"
+    )
+    run_id = opened["run_id"]
+    assert opened["seed"] == tiny.terms.seed_commit
+    assert opened["seed_baseline"]["e_h0"] == "0.5"
+    assert opened["optimizer_token"].startswith("hlg_")
+    folder = write_seed(tmp_path / "cand")
+    (folder / "harness" / "__main__.py").write_text(PERFECT_MAIN)
+    committed = run("candidate", "commit", run_id[:8], str(folder), "--json")
+    assert committed["index"] == 1 and committed["changed_paths"] == ["harness/__main__.py"]
+    evaluated = run(
+        "eval",
+        run_id[:8],
+        committed["candidate"][:7],
+        "--split",
+        "dev",
+        "--cases",
+        "dev-0,dev-1",
+        "--attempts",
+        "2",
+        "--json",
+    )
+    assert evaluated["projection"]["cases"]["dev-0"]["mean"] == "1"
+    assert evaluated["budget_used"]["dev"] == {"calls": 1, "case_passes": "2/3"}
+    refused = runner.invoke(cli, [*home, "eval", run_id, "seed", "--split", "test"])
+    assert refused.exit_code == 3
+    assert refused.output.count("\n") == 1 and "test split is closed" in refused.output
+    scored = run("nominate", run_id, committed["candidate"], "--json")
+    assert scored["e_h_plus"] == "1" and scored["e_h0"] == "0.5" and scored["g"] == "1"
+    again = runner.invoke(cli, [*home, "nominate", run_id, "seed"])
+    assert again.exit_code == 3 and "already has a nomination" in again.output
+    replayed = runner.invoke(cli, [*home, "replay", run_id, "--json"])
+    assert replayed.exit_code == 0, replayed.output

@@ -1,0 +1,131 @@
+"""Trials that call the target model through the gateway, and trials under bubblewrap."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from holedger.config import Settings
+from holedger.ledger.store import Ledger
+from holedger.schemas.events import TrialCompleted
+from holedger.server.gateway_link import GatewayLink
+from holedger.server.service import RunService
+
+from .helpers import assert_replay_verifies
+from .tinytask import make_task, write_seed
+
+MODEL_MAIN = """import json, os, sys, urllib.request
+case = json.loads(sys.stdin.read())
+body = json.dumps({
+    "model": os.environ["HOLEDGER_MODEL"],
+    "messages": [{"role": "user", "content": "Say hello to " + case["q"]}],
+    "max_completion_tokens": 64,
+}).encode()
+reply = None
+for _ in range(5):
+    req = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+        headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "content-type": "application/json"})
+    try:
+        reply = json.load(urllib.request.urlopen(req, timeout=30))
+        break
+    except Exception as exc:
+        print("retry:", exc, file=sys.stderr)
+print("model said:", reply["choices"][0]["message"]["content"][:80], file=sys.stderr)
+print(json.dumps({"answer": case["q"].upper()}))
+"""
+
+
+def _model_task(root: Path) -> object:
+    seed = write_seed(root)
+    (seed / "harness" / "__main__.py").write_text(MODEL_MAIN)
+    return make_task(root, ref="model", models=["holedger-sim-1"], seed=seed)
+
+
+@pytest.mark.slow
+def test_trials_call_the_model_through_the_gateway_with_their_own_tokens(
+    fresh_home: Settings, tmp_path: Path
+) -> None:
+    task = _model_task(tmp_path / "task")
+    ledger = Ledger.from_settings(fresh_home)
+    link = GatewayLink(ledger)
+    service = RunService(
+        fresh_home,
+        ledger,
+        gateway=link,
+        task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
+        default_backend="process",
+    )
+    try:
+        run_id = service.open_run("model").run_id
+        ev = service.evaluate(run_id, "seed", "dev", ["dev-1", "dev-2"], 1)
+        assert ev.projection["cases"]["dev-1"]["mean"] == "1"
+        records = list(ledger.records(run_id))
+        trials = [
+            TrialCompleted.model_validate(r.payload) for r in records if r.type == "TrialCompleted"
+        ]
+        calls = [r.payload for r in records if r.type == "GatewayCall"]
+        assert trials and calls
+        for trial in trials:
+            mine = [c for c in calls if c["trial_id"] == trial.trial_id]
+            assert trial.gateway_calls == len(mine) >= 1
+            assert trial.tokens.total == sum(c["tokens"]["total"] for c in mine) > 0
+        # Each trial's token died with its trial.
+        from sqlalchemy import select
+
+        from holedger.gateway.tokens import tokens_table
+
+        with ledger.app.engine.connect() as conn:
+            rows = conn.execute(
+                select(tokens_table.c.trial_id, tokens_table.c.revoked).where(
+                    tokens_table.c.run_id == run_id, tokens_table.c.scope == "target"
+                )
+            ).all()
+        assert {row.trial_id for row in rows} == {t.trial_id for t in trials}
+        assert all(row.revoked for row in rows)
+        service.nominate(run_id, "seed")
+        assert_replay_verifies(ledger, run_id)
+    finally:
+        service.close()
+        link.close()
+        ledger.close()
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_run_under_bubblewrap_records_isolated_trials(
+    fresh_home: Settings, tmp_path: Path
+) -> None:
+    from holedger.sandboxes import get_backend
+
+    ok, why = get_backend("bwrap").available()
+    if not ok:
+        pytest.skip(f"bwrap backend unavailable: {why}")
+    task = make_task(tmp_path / "task", k=1)
+    ledger = Ledger.from_settings(fresh_home)
+    service = RunService(
+        fresh_home, ledger, gateway=None, task_loader=lambda r: task, default_backend="bwrap"
+    )
+    try:
+        run_id = service.open_run("tiny").run_id
+        ev = service.evaluate(run_id, "seed", "dev", ["dev-0", "dev-1"], 1)
+        assert ev.projection["cases"]["dev-1"]["mean"] == "1"
+        trials = [
+            TrialCompleted.model_validate(r.payload)
+            for r in ledger.records(run_id)
+            if r.type == "TrialCompleted"
+        ]
+        assert {t.backend for t in trials} == {"bwrap"}
+        assert {t.isolation for t in trials} == {"isolated"}
+        service.nominate(run_id, "seed")
+        report = assert_replay_verifies(ledger, run_id)
+        isolation = [c for c in report.checks if c.name == "isolation"]
+        assert len(isolation) == 1
+        assert all(c.ok for c in isolation), [(c.name, c.detail) for c in report.checks]
+    finally:
+        service.close()
+        ledger.close()
