@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,8 +41,6 @@ from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
 
 DEMO_TASK = "officeqa-lite"
 OPTIMIZER_LABEL = "holedger-example-optimizer"
-API_PORT = 8470  # inside the optimizer's sandbox: 127.0.0.1:8470 -> the API's socket
-GATEWAY_PORT = 8471  # inside the optimizer's sandbox: its gateway scope
 OPTIMIZER_SOURCE = Path(__file__).resolve().parent / "optimizer" / "optimizer.py"
 OPTIMIZER_LIMITS = Limits(wall_s=1800.0, memory_mb=512, pids=64, output_bytes=8 << 20)
 POLL_S = 0.25
@@ -130,6 +129,22 @@ def choose_backend(name: str | None, say: Callable[[str], None]) -> Backend:
             "unisolated trial.[/]"
         )
     return backend
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports free right now: the optimizer's relays listen on them (inside
+    its sandbox, or on the host with the ``process`` backend, where fixed ports could
+    collide with a running ``holedger serve``)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def prepare_optimizer_dir(root: Path, seed_dir: Path, edits_dir: Path) -> Path:
@@ -307,16 +322,17 @@ def run_demo(
             seed_dir = server_task.seed_dir
             opt_dir = prepare_optimizer_dir(private, seed_dir, seed_dir.parent / "edits")
             n_edits = sum(1 for p in (opt_dir / "edits").iterdir() if p.is_dir())
+            api_port, gw_port = free_ports(2)
             spec = SandboxSpec(
                 code_dir=opt_dir,
                 argv=["python3", "optimizer.py", "--edits", "edits", "--seed", "seed"],
                 env={
-                    "HOLEDGER_API_URL": f"http://127.0.0.1:{API_PORT}/v1/runs/{run_id}",
+                    "HOLEDGER_API_URL": f"http://127.0.0.1:{api_port}/v1/runs/{run_id}",
                     "HOLEDGER_API_TOKEN": opened.optimizer_token,
-                    "OPENAI_BASE_URL": f"http://127.0.0.1:{GATEWAY_PORT}/v1",
+                    "OPENAI_BASE_URL": f"http://127.0.0.1:{gw_port}/v1",
                     "OPENAI_API_KEY": opened.optimizer_token,
                 },
-                relays={API_PORT: api_sock, GATEWAY_PORT: gw_sock},
+                relays={api_port: api_sock, gw_port: gw_sock},
                 limits=OPTIMIZER_LIMITS,
                 label=f"optimizer-{run_id[:8]}",
             )

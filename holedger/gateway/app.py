@@ -136,7 +136,6 @@ class _Call:
     reservation_index: int | None = None
     budget: GatewayBudgetState | None = None
     presented: PresentedToken | None = None
-    tracked: bool = False
 
     def attribute(self, claims: TokenClaims | CallerBinding) -> None:
         self.run_id = claims.run_id
@@ -343,6 +342,11 @@ class Gateway:
                 extra_runs=extra,
             )
         call.attribute(claims)
+        try:
+            self._run_state(claims.run_id)
+        except _Denial:
+            call.run_id = None  # never write events for a run the ledger does not hold
+            raise
         return claims
 
     def _run_state(self, run_id: str) -> _RunState:
@@ -718,7 +722,6 @@ class Gateway:
         with self._tally_cond:
             tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
             tally.in_flight += delta
-            call.tracked = True
             if tally.in_flight == 0:
                 self._tally_cond.notify_all()
 

@@ -28,7 +28,6 @@ from holedger.schemas.types import Role
 
 log = logging.getLogger("holedger.gateway")
 MAX_BATCH = 256
-CONFLICT_RETRIES = 20
 
 
 @dataclass
@@ -38,14 +37,27 @@ class Submission:
     blobs: list[bytes] = field(default_factory=list)
 
 
+_FLUSH = "flush"
+_STOP = "stop"
+
+
 class EventWriter:
-    def __init__(self, ledger: Ledger) -> None:
+    """Appends submitted events in order, in batches.
+
+    After the first waiting item the writer lingers up to ``linger_s`` for more, so a
+    batch becomes one blob transaction and one append per run (appending is the costly
+    part; batching keeps it off the gateway's latency). ``flush`` cuts the linger short.
+    """
+
+    def __init__(self, ledger: Ledger, *, linger_s: float = 0.05) -> None:
         self.ledger = ledger
-        self._queue: queue.Queue[Submission | None] = queue.Queue()
+        self.linger_s = linger_s
+        self._queue: queue.Queue[Submission | str] = queue.Queue()
         self._cond = threading.Condition()
         self._submitted = 0
         self._done = 0
         self.failure: str | None = None
+        self._abandon = False
         self._thread = threading.Thread(target=self._run, name="holedger-gateway-writer")
         self._thread.daemon = True
         self._thread.start()
@@ -59,35 +71,59 @@ class EventWriter:
         """Wait until everything submitted so far is written; False on timeout."""
         with self._cond:
             target = self._submitted
+            if self._done >= target:
+                return True
+        self._queue.put(_FLUSH)
+        with self._cond:
             return self._cond.wait_for(lambda: self._done >= target, timeout=timeout)
 
     def close(self, timeout: float = 30.0) -> None:
-        self.flush(timeout)
-        self._queue.put(None)
+        if not self.flush(timeout):
+            self._abandon = True  # shutting down while the ledger is unwritable
+        self._queue.put(_STOP)
         self._thread.join(timeout)
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            self._write(batch)
-            with self._cond:
-                self._done += len(batch)
-                self._cond.notify_all()
+            batch, stop = self._collect()
+            if batch:
+                self._write(batch)
+                with self._cond:
+                    self._done += len(batch)
+                    self._cond.notify_all()
             if stop:
                 return
+
+    def _collect(self) -> tuple[list[Submission], bool]:
+        """The next batch, and whether the writer should stop after writing it."""
+        first = self._queue.get()
+        if isinstance(first, str):
+            return [], first == _STOP
+        batch = [first]
+        deadline = time.monotonic() + self.linger_s
+        while len(batch) < MAX_BATCH:
+            wait = deadline - time.monotonic()
+            try:
+                item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, str):
+                if item == _STOP:
+                    return batch, True
+                # a flush: write what is waiting now, without lingering
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(more, str):
+                        if more == _STOP:
+                            return batch, True
+                        continue
+                    batch.append(more)
+                break
+            batch.append(item)
+        return batch, False
 
     def _write(self, batch: list[Submission]) -> None:
         # Blobs first: an event never refers to a blob that is not yet stored.
@@ -118,15 +154,20 @@ class EventWriter:
             conn.execute(stmt, rows)
 
     def _retrying(self, action: Callable[[], object]) -> None:
-        for attempt in range(CONFLICT_RETRIES):
+        """Run ``action`` until it succeeds: audit events are never dropped. While it
+        fails, ``failure`` is set and the gateway refuses new calls (it fails closed)."""
+        attempt = 0
+        while not self._abandon:
             try:
                 action()
                 self.failure = None
                 return
             except LedgerConflictError:
-                time.sleep(0.001 * (attempt + 1))
+                time.sleep(0.001 * min(attempt + 1, 50))  # another writer of the run: retry
             except Exception as exc:  # keep the thread alive; the gateway fails closed
+                if self.failure is None:
+                    log.error("gateway event write failed: %s: %s", type(exc).__name__, exc)
                 self.failure = f"{type(exc).__name__}: {exc}"
-                log.error("gateway event write failed: %s", self.failure)
-                time.sleep(0.05 * (attempt + 1))
-        log.error("gateway event write gave up after %d attempts", CONFLICT_RETRIES)
+                time.sleep(min(1.0, 0.05 * (attempt + 1)))
+            attempt += 1
+        log.error("gateway event writer stopped with events unwritten: %s", self.failure)

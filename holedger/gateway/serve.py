@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import socket
 import sys
@@ -63,8 +64,8 @@ class AppServer:
             lifespan="on",
             log_level="warning",
             access_log=False,
-            http="h11",
-            loop="asyncio",
+            http="httptools" if _has("httptools") else "h11",
+            loop="uvloop" if _has("uvloop") else "asyncio",
             timeout_graceful_shutdown=5,
         )
         self.server = uvicorn.Server(config)
@@ -84,7 +85,8 @@ class AppServer:
         """Serve in a background thread; returns once the server is accepting."""
 
         def target() -> None:
-            loop = asyncio.new_event_loop()
+            factory = self.server.config.get_loop_factory()
+            loop = factory() if factory is not None else asyncio.new_event_loop()
             self._loop = loop
             loop.run_until_complete(self.server.serve(sockets=self.sockets))
 
@@ -152,6 +154,11 @@ class AppServer:
         server = await asyncio.get_running_loop().create_unix_server(protocol, sock=sock)
         self._extra[path] = server
         self.server.servers.append(server)
+
+
+def _has(module: str) -> bool:
+    """Whether an optional speed-up (uvloop, httptools) is installed."""
+    return importlib.util.find_spec(module) is not None
 
 
 def _unix_socket(path: str) -> socket.socket:

@@ -55,7 +55,7 @@ from typing import Any
 
 SIMULATOR_MODEL = "holedger-sim-1"
 
-TRANSIENT_ERROR_RATE = 0.05
+TRANSIENT_ERROR_RATE = 0.04
 TRANSIENT_STATUSES = (500, 502, 503)
 CACHE_MIN_TOKENS = 128
 CACHE_GRANULARITY = 64
@@ -71,7 +71,7 @@ ARITHMETIC_SLIP = {
     "xhigh": 0.02,
 }
 REASONING_BASE = {"none": 0, "minimal": 0, "low": 90, "medium": 300, "high": 1000, "xhigh": 2200}
-SKIP_TOOLS_GENERIC = 0.10
+SKIP_TOOLS_GENERIC = 0.06
 SKIP_TOOLS_TASK_PROMPT = 0.03
 VAGUE_SCHEMA_PASTES_QUESTION = 0.5
 FORMAT_NONCOMPLIANCE = 0.02
@@ -305,8 +305,8 @@ def _usable_tool(tools: Any, tool_choice: Any) -> _ToolChoice | None:
         name, spec = strings[0]
         enum = spec.get("enum")
         extra: dict[str, Any] = {}
-        required = params.get("required") if isinstance(params.get("required"), list) else []
-        for other in required:
+        required = params.get("required")
+        for other in required if isinstance(required, list) else []:
             if other == name or not isinstance(props.get(other), dict):
                 continue
             kind = props[other].get("type")
@@ -643,6 +643,7 @@ _FREE_STYLES = (
     "In USD thousands, the answer is {plain}.",
     "The answer is {commas}.",
     "From the table: {plain}",
+    "That comes to {commas}.",
 )
 _FREE_PCT_STYLES = (
     "The change was {plain}%.",
@@ -653,6 +654,7 @@ _FREE_PCT_STYLES = (
     "Rounded to one decimal place: {plain}%",
     "The percentage change is {plain}%.",
     "Change: {plain}%",
+    "That is a change of {plain}%.",
 )
 
 

@@ -573,7 +573,7 @@ class Ledger:
         rid_param: Any = rid.bytes if engine.dialect.name == "sqlite" else rid
         while True:
             with engine.connect() as conn:
-                rows = conn.execute(sql, {"rid": rid_param, "v": version, "n": READ_BATCH * 10})
+                rows = conn.execute(sql, {"rid": rid_param, "v": version, "n": READ_BATCH * 2})
                 batch = [(int(v), bytes(s)) for v, s in rows]
             if not batch:
                 return

@@ -78,6 +78,13 @@ def print_scores(report: ReplayReport) -> None:
     default=None,
     help="A task name or folder for the leakage audit (default: the task the run names).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Verify signatures in this many worker processes (long runs, several cores).",
+)
 @click.pass_context
 def replay_cmd(
     ctx: click.Context,
@@ -85,6 +92,7 @@ def replay_cmd(
     as_json: bool,
     trusted: tuple[str, ...],
     task: str | None = None,
+    workers: int = 1,
 ) -> None:
     """Verify RUN from its log: signatures, chain, checkpoints, budgets, disclosures, scores.
 
@@ -101,7 +109,7 @@ def replay_cmd(
         extra: dict[str, object] = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
         if task:
             extra["task"] = task
-        report = replay_run(ledger, run_id, trusted_keys=keys, extra=extra)
+        report = replay_run(ledger, run_id, trusted_keys=keys, extra=extra, workers=workers)
     finally:
         ledger.close()
     if as_json:

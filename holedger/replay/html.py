@@ -36,6 +36,7 @@ SECTION_IDS = (
 """The ``id`` of every section the page always holds, in page order."""
 
 PLOT_W = 760
+_SPLIT_ORDER = {"dev": 0, "val": 1, "test": 2}
 PLOT_H = 240
 
 
@@ -527,6 +528,13 @@ def _budget_fallback(data: RunData) -> str:
     return note + html_table(["component", "used", "limit"], rows)
 
 
+def _changed(cand: CandidateRow) -> str:
+    if cand.index == 0 or len(cand.changed) > 8:
+        label = "the seed harness" if cand.index == 0 else "files"
+        return f"{label} ({len(cand.changed)} files)"
+    return ", ".join(cand.changed) or "-"
+
+
 def candidates_section(data: RunData) -> str:
     per_cand: dict[str, dict[str, list[Fraction]]] = {}
     for ev in data.evaluations:
@@ -540,7 +548,7 @@ def candidates_section(data: RunData) -> str:
                 f"#{cand.index}",
                 cand.commit[:12],
                 data.candidate_index(cand.parent) if cand.parent else "-",
-                ", ".join(cand.changed) or "-",
+                _changed(cand),
                 " ".join(fmt_num(m) for m in results.get("dev", [])) or "-",
                 " ".join(fmt_num(m) for m in results.get("val", [])) or "-",
                 "nominated" if cand.commit == data.nominated else "",
@@ -582,7 +590,7 @@ def tokens_section(data: RunData) -> str:
         by_split.setdefault(trial.split, []).append(trial.tokens)
     rows = [
         [split, len(v), sum(v), round(sum(v) / len(v)) if v else 0, max(v) if v else 0]
-        for split, v in sorted(by_split.items())
+        for split, v in sorted(by_split.items(), key=lambda kv: _SPLIT_ORDER.get(kv[0], 9))
     ]
     table = html_table(["split", "trials", "tokens", "mean per trial", "max"], rows)
     return _section("tokens", "Tokens per trial", tokens_plot(data) + table)

@@ -38,12 +38,16 @@ def sandbox_group() -> None:
 
 @sandbox_group.command("build-image")
 @click.option("--tag", default=None, help="Image tag (default holedger-sandbox:latest).")
+@click.option("--if-needed", is_flag=True, help="Do nothing when the image is current.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def build_image_cmd(tag: str | None, as_json: bool) -> None:
+def build_image_cmd(tag: str | None, if_needed: bool, as_json: bool) -> None:
     """Build the docker backend's image from this interpreter and the harness runtime."""
-    from holedger.sandboxes.image import IMAGE, build_image
+    from holedger.sandboxes.image import IMAGE, build_image, current_image
 
-    info = build_image(tag or IMAGE)
+    info = current_image(tag or IMAGE) if if_needed else None
+    verb = "up to date:"
+    if info is None:
+        info, verb = build_image(tag or IMAGE), "built"
     if as_json:
         emit_json(
             {
@@ -51,11 +55,12 @@ def build_image_cmd(tag: str | None, as_json: bool) -> None:
                 "id": info.image_id,
                 "runtime": info.runtime_key,
                 "size_bytes": info.size_bytes,
+                "built": verb == "built",
             }
         )
         return
     click.echo(
-        f"built {info.tag} ({info.image_id[:19]}, {info.size_bytes // (1 << 20)} MiB, "
+        f"{verb} {info.tag} ({info.image_id[:19]}, {info.size_bytes // (1 << 20)} MiB, "
         f"runtime {info.runtime_key})"
     )
 

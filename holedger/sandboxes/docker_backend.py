@@ -20,12 +20,16 @@ when that socket exists (what ``.ci/docker-up.sh`` starts), else docker's defaul
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import queue
 import shutil
 import stat
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +124,39 @@ def _world_readable(root: Path) -> bool:
     return True
 
 
+class _Remover:
+    """Removes dead trial containers in the background; drained when the interpreter exits.
+
+    Whatever is still queued when holedger dies is found later by ``collect_garbage``.
+    """
+
+    def __init__(self, remove: Callable[[str], object]) -> None:
+        self._remove = remove
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, container_id: str) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, daemon=True)
+                self._thread.start()
+                atexit.register(self.drain)
+        self._queue.put(container_id)
+
+    def _work(self) -> None:
+        while True:
+            cid = self._queue.get()
+            with contextlib.suppress(Exception):
+                self._remove(cid)
+            self._queue.task_done()
+
+    def drain(self, timeout_s: float = 30.0) -> None:
+        end = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < end:
+            time.sleep(0.01)
+
+
 class DockerBackend:
     """Trials in Docker containers."""
 
@@ -130,6 +167,7 @@ class DockerBackend:
         self._client = client
         self._available: tuple[bool, str] | None = None
         self._gc_done = False
+        self._remover = _Remover(lambda cid: self.client.api.remove_container(cid, force=True))
 
     @property
     def client(self) -> Any:
@@ -271,6 +309,7 @@ class DockerBackend:
         services = NetnsServices(spec.relays, record=True)
         observations: list[Observation] = []
         container: str | None = None
+        cg: TrialCgroup | None = None
         start = time.monotonic()
         try:
             container = self._start(self.container_kwargs(spec, code, io_in, io_out))
@@ -314,8 +353,11 @@ class DockerBackend:
         finally:
             observations[:0] = services.close()
             if container is not None:
-                with contextlib.suppress(Exception):
-                    self.client.api.remove_container(container, force=True)
+                if cg is not None and not cg.pids():
+                    self._remover.submit(container)  # already dead: remove off the clock
+                else:
+                    with contextlib.suppress(Exception):
+                        self.client.api.remove_container(container, force=True)
         wall_ms = int((time.monotonic() - start) * 1000)
         stdout, out_trunc = io.collect(io.stdout_path)
         stderr, err_trunc = io.collect(io.stderr_path)

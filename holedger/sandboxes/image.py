@@ -231,3 +231,20 @@ def build_image(tag: str = IMAGE, client: Any = None) -> ImageInfo:
         return ImageInfo(tag, image.id, key, int(image.attrs.get("Size", 0)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def current_image(tag: str = IMAGE, client: Any = None) -> ImageInfo | None:
+    """The image at ``tag`` when it is current for this interpreter and runtime, else None."""
+    from holedger.sandboxes.docker_backend import docker_client
+    from holedger.sandboxes.runtime import runtime_distributions, runtime_key
+
+    client = client or docker_client()
+    key = runtime_key(runtime_distributions())
+    try:
+        image = client.images.get(tag)
+    except Exception:
+        return None
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    if labels.get("holedger.image") != image_key(key):
+        return None
+    return ImageInfo(tag, image.id, key, int(image.attrs.get("Size", 0)))

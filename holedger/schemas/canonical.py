@@ -88,9 +88,8 @@ def _encode_checked_by_parsing(value: JSONValue) -> bytes | None:
     walking path, which accepts or refuses it with a precise message.
     """
     try:
-        data = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode("utf-8")
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        data = text.encode("utf-8")
         if data.count(b"{") + data.count(b"[") > MAX_DEPTH:
             return None
         again = json.loads(

@@ -190,6 +190,7 @@ class RunService:
         self._owned_gateway: Any = None
         self._tasks: dict[str, ServerTask] = {}
         self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = {}
 
     def close(self) -> None:
         if self._owned_gateway is not None:
@@ -235,19 +236,29 @@ class RunService:
         return self.states.current(run_id)
 
     def _decide(self, run_id: str, decide: Callable[[RunState], tuple[Sequence[Item], T]]) -> T:
-        """Fold, decide, append at the folded head; on a lost race fold and decide again."""
-        for _ in range(MAX_DECIDE_ATTEMPTS):
-            state = self.states.current(run_id)
-            items, result = decide(state)
-            if not items:
-                return result
-            try:
-                self.ledger.append_many(run_id, list(items), expected_seq=state.next_seq)
-                return result
-            except LedgerConflictError:
-                _forget_head(self.ledger, run_id)
-                continue
+        """Fold, decide, append at the folded head; on a lost race fold and decide again.
+
+        Deciders of one run in this process take turns (a per-run lock), so they do not
+        race each other; other processes and the gateway can still append first, which
+        the ledger's ``expected_seq`` check catches.
+        """
+        with self._run_lock(run_id):
+            for _ in range(MAX_DECIDE_ATTEMPTS):
+                state = self.states.current(run_id)
+                items, result = decide(state)
+                if not items:
+                    return result
+                try:
+                    self.ledger.append_many(run_id, list(items), expected_seq=state.next_seq)
+                    return result
+                except LedgerConflictError:
+                    _forget_head(self.ledger, run_id)
+                    continue
         raise LedgerConflictError(f"run {run_id} is too busy to decide", hint="try again")
+
+    def _run_lock(self, run_id: str) -> threading.Lock:
+        with self._lock:
+            return self._run_locks.setdefault(run_id, threading.Lock())
 
     def _append(self, run_id: str, items: Sequence[Item]) -> None:
         """Append facts that depend on no decision (trial results), retrying on races."""
@@ -270,6 +281,8 @@ class RunService:
         baseline: bool = True,
     ) -> OpenedRun:
         """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
+        if Path(task_ref).is_dir():
+            task_ref = str(Path(task_ref).resolve())  # later commands may run elsewhere
         task = self.task(task_ref)
         backend = backend or self.default_backend
         get_backend(backend)  # refuse an unavailable backend before anything is recorded

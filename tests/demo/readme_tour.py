@@ -30,8 +30,7 @@ def tour_blocks() -> list[Block]:
     text = readme_text()
     tour = text[text.index(TOUR_START) : text.index(TOUR_END)]
     return [
-        Block(i, m.group("body"), bool(m.group("mark")))
-        for i, m in enumerate(BLOCK.finditer(tour))
+        Block(i, m.group("body"), bool(m.group("mark"))) for i, m in enumerate(BLOCK.finditer(tour))
     ]
 
 

@@ -186,3 +186,31 @@ def test_stream_cut_before_usage_is_charged_its_reservation(tmp_path: Path) -> N
         assert event.reason == "upstream sent no usage chunk"
     finally:
         close_env(env)
+
+
+def test_the_gateway_fails_closed_while_it_cannot_write_its_ledger(sqlite_url: str) -> None:
+    env = open_env(sqlite_url, make_terms())
+    try:
+        sdk = openai.OpenAI(base_url=env.base_url, api_key=env.trial_token(), max_retries=0)
+        sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
+        assert env.gateway.flush()
+        engine = env.ledger.app.engine
+        with engine.begin() as conn:  # break the blob table under the running gateway
+            conn.exec_driver_sql("ALTER TABLE holedger_blobs RENAME TO holedger_blobs_away")
+        sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)  # answered; write fails
+        deadline = time.monotonic() + 20
+        while env.gateway.writer.failure is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with pytest.raises(openai.APIStatusError) as info:
+            sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
+        assert info.value.status_code == 503
+        assert info.value.response.json()["error"]["code"] == "ledger_unavailable"
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE holedger_blobs_away RENAME TO holedger_blobs")
+        assert env.gateway.flush(30)
+        assert env.gateway.writer.failure is None
+        sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
+        assert len(env.calls()) == 3  # the call answered during the outage was not lost
+    finally:
+        close_env(env)

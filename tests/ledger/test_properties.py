@@ -306,3 +306,28 @@ def test_frontier_root_equals_recursive_mth_for_random_leaves(leaves: list[bytes
     copy = frontier.copy()
     copy.append(leaf_hash(b"more"))
     assert frontier.root() == _mth(leaves)  # a copy never shares state
+
+
+@pytest.mark.parametrize("change", ["type", "schema_version"])
+def test_unknown_event_types_and_schema_versions_fail(change: str) -> None:
+    """Even correctly signed and chained: an unknown type or version is refused."""
+    from holedger.ledger.records import sign_envelope
+
+    last = parse_record(CHAIN[-1])
+    envelope = {
+        "run_id": RUN_ID,
+        "seq": last.seq + 1,
+        "type": "Mystery" if change == "type" else "CandidateNominated",
+        "schema_version": 2 if change == "schema_version" else 1,
+        "time": last.envelope["time"],
+        "role": "server",
+        "key_id": KEY.key_id_hex,
+        "prev_hash": last.event_hash,
+        "payload": {"candidate": "c"},
+    }
+    record = sign_envelope(KEY, envelope, canonical_json(envelope))
+    report = verify_records(RUN_ID, [*CHAIN, record.raw], _NoBlobs(), projections=())
+    assert "schema" in report.failed_checks()
+    failure = next(f for f in report.failures if f.check == "schema")
+    assert failure.seq == last.seq + 1
+    assert ("Mystery" if change == "type" else "schema version") in failure.reason

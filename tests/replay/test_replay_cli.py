@@ -142,6 +142,15 @@ def test_tampered_run_exits_1_naming_seq_type_and_reason(home: tuple[Path, str])
     assert "signature does not verify" in human.output
 
 
+def test_workers_option_gives_the_same_report(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    one = json.loads(replay(path, run_id, "--json").output)
+    two = replay(path, run_id, "--json", "--workers", "2")
+    assert two.exit_code == 0, two.output
+    assert json.loads(two.output) == one
+    assert replay(path, run_id, "--workers", "0").exit_code == 2
+
+
 def test_pinned_keys(home: tuple[Path, str]) -> None:
     path, run_id = home
     vkey = (path / "keys" / "operator.pub").read_text().strip()

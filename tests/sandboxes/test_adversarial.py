@@ -396,3 +396,24 @@ def test_cpu_time_limit_stops_a_busy_loop(isolating: Backend, run_harness: Runne
     assert not result.timed_out
     assert result.exit_status == 152  # SIGXCPU at the CPU-time rlimit
     assert "killed at the 1 s CPU-time limit" in [o.detail for o in result.observations]
+
+
+def test_killing_its_parent_ends_only_its_own_trial(
+    isolating: Backend, run_harness: Runner
+) -> None:
+    """bwrap: the wrapper dies and the trial ends as a sandbox error. docker: the parent is
+    the container's init, which ignores the signal, so the trial runs into its timeout.
+    Either way nothing of the trial survives (checked by the fixture)."""
+    result = run_harness(
+        isolating,
+        """
+        import os, signal, time
+        if os.fork() == 0:
+            os.setsid(); time.sleep(600)
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(600)
+        """,
+        limits=Limits(wall_s=3),
+    )
+    assert result.exit_status is None or result.exit_status != 0
+    assert {"sandbox_error", "timeout"} & set(result.categories())

@@ -228,3 +228,58 @@ except OSError:
     pass
 print({i})
 """
+
+
+def test_candidate_cannot_take_over_the_relay(
+    isolating: Backend, run_harness: Runner, gateway_socket: Path
+) -> None:
+    """The relay listens before the harness starts and lives outside the sandbox: the
+    harness can neither bind its port nor stop it from serving."""
+    result = run_harness(
+        isolating,
+        """
+        import json, os, signal, socket, urllib.request
+        out = {}
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", 18082)); out["bind"] = "bound"
+        except OSError as exc:
+            out["bind"] = exc.errno
+        out["visible"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        try:
+            os.kill(1, signal.SIGKILL)  # the namespace's init ignores this from inside
+        except OSError:
+            pass
+        body = urllib.request.urlopen("http://127.0.0.1:18082/v1/models", timeout=10).read()
+        out["models"] = json.loads(body)["data"][0]["id"]
+        print(json.dumps(out))
+        """,
+        relays={18082: gateway_socket},
+    )
+    assert result.exit_status == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["bind"] == 98  # EADDRINUSE: the relay already holds the port
+    assert out["models"] == "sim-1"  # and still serves after the attempt on init
+    assert max(out["visible"]) < 10  # only the trial's own pid namespace is visible
+
+
+def test_process_backend_relays_on_host_loopback(
+    process_backend: Backend, run_harness: Runner, gateway_socket: Path
+) -> None:
+    import socket
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    result = run_harness(
+        process_backend,
+        f"""
+        import urllib.request
+        url = "http://127.0.0.1:{port}/v1/models"
+        print(urllib.request.urlopen(url, timeout=10).read().decode())
+        """,
+        relays={port: gateway_socket},
+    )
+    assert result.exit_status == 0, result.stderr
+    assert json.loads(result.stdout)["data"][0]["id"] == "sim-1"

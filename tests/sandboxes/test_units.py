@@ -193,3 +193,11 @@ def test_gc_removes_empty_trial_cgroups_only() -> None:
     assert result.exit_code == 0, result.output
     assert names <= set(json.loads(result.output)["cgroups"])
     assert not any(d.exists() for d in group.dirs.values())
+
+
+def test_build_image_if_needed_keeps_a_current_image(docker_backend: object) -> None:
+    result = CliRunner().invoke(cli, ["sandbox", "build-image", "--if-needed", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["built"] is False  # the docker backend is available, so its image is current
+    assert data["tag"] and data["id"].startswith("sha256:")

@@ -11,15 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from click.testing import CliRunner
 
 from holedger.cli import cli
 from holedger.config import Settings
-from holedger.server import taskview
-from holedger.server.taskview import ServerTask
 
-from .tinytask import PERFECT_MAIN, write_seed
+from .tinytask import PERFECT_MAIN, write_seed, write_task_folder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,10 +73,9 @@ def test_errors_are_one_line_with_a_hint(fresh_home: Settings) -> None:
     assert result.exit_code == 2 and "at least 4 characters" in result.output
 
 
-def test_a_whole_run_from_the_command_line(
-    fresh_home: Settings, tiny: ServerTask, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(taskview, "load_server_task", lambda ref: tiny)
+def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path) -> None:
+    """A task folder loaded by holedger.tasks, driven only through the CLI."""
+    task_dir = write_task_folder(tmp_path / "task")
     runner = CliRunner()
     home = ["--home", str(fresh_home.home)]
 
@@ -89,10 +85,18 @@ def test_a_whole_run_from_the_command_line(
         return json.loads(result.output)
 
     opened = run(
-        "run", "open", "--task", "tiny", "--optimizer", "cli", "--backend", "process", "--json"
+        "run",
+        "open",
+        "--task",
+        str(task_dir),
+        "--optimizer",
+        "cli",
+        "--backend",
+        "process",
+        "--json",
     )
     run_id = opened["run_id"]
-    assert opened["seed"] == tiny.terms.seed_commit
+    assert opened["task_id"] == "tiny-folder"
     assert opened["seed_baseline"]["e_h0"] == "0.5"
     assert opened["optimizer_token"].startswith("hlg_")
     folder = write_seed(tmp_path / "cand")

@@ -129,3 +129,37 @@ def test_a_run_under_bubblewrap_records_isolated_trials(
     finally:
         service.close()
         ledger.close()
+
+
+@pytest.mark.slow
+def test_the_bundled_demo_task_through_the_gateway_and_simulator(fresh_home: Settings) -> None:
+    """officeqa-lite's seed harness (openai SDK) answers dev cases via the simulator."""
+    from holedger.server.taskview import load_server_task
+
+    try:
+        task = load_server_task("officeqa-lite")
+    except Exception as exc:  # the bundled task is another room's; say why it is skipped
+        pytest.skip(f"the bundled demo task does not load: {exc}")
+    ledger = Ledger.from_settings(fresh_home)
+    service = RunService(fresh_home, ledger, default_backend="process")  # gateway on demand
+    try:
+        # Held-out scoring of this task is minutes of trials: open without a baseline,
+        # search a little, and close the run as aborted.
+        run_id = service.open_run("officeqa-lite", baseline=False).run_id
+        dev_ids = [c.id for c in task.cases("dev")][:2]
+        ev = service.evaluate(run_id, "seed", "dev", dev_ids, 1)
+        assert set(ev.projection["cases"]) == set(dev_ids)
+        records = list(ledger.records(run_id))
+        trials = [
+            TrialCompleted.model_validate(r.payload) for r in records if r.type == "TrialCompleted"
+        ]
+        assert len(trials) == 2
+        assert all(t.exit_status == 0 for t in trials), [t.exit_status for t in trials]
+        assert all(t.gateway_calls >= 1 and t.tokens.total > 0 for t in trials)
+        served = {r.payload["model_served"] for r in records if r.type == "GatewayCall"}
+        assert served == {"holedger-sim-1"}
+        ledger.close_run(run_id, reason="aborted")
+        assert_replay_verifies(ledger, run_id)
+    finally:
+        service.close()
+        ledger.close()

@@ -99,3 +99,82 @@ PERFECT_MAIN = """import json, sys
 case = json.loads(sys.stdin.read())
 print(json.dumps({"answer": case["q"].upper()}))
 """
+
+
+TASK_TOML = """# tiny: an upper-casing task for tests (no model)
+id = "tiny-folder"
+title = "tiny"
+models = ["holedger-sim-1"]
+entrypoint = ["python3", "-m", "harness"]
+immutable_paths = ["rules/"]
+case_timeout_s = 20
+k = 2
+resolution_band = "0.05"
+
+[environment]
+runtime = "python3"
+python = "3.11"
+packages = []
+network = "gateway-only"
+env = {}
+
+[verifier]
+path = "verifier.py"
+function = "score"
+digest = Z64
+
+[splits]
+cases_dir = "cases"
+manifest = "manifest.json"
+sizes = { dev = 0, val = 0, test = 0 }
+split_digests = { dev = Z64, val = Z64, test = Z64 }
+manifest_digest = Z64
+
+[seed]
+path = "seed"
+tree_digest = Z64
+commit = Z40
+
+[budget]
+target_tokens = 0
+
+[budget.dev]
+calls = 100
+case_passes = "4"
+
+[budget.val]
+calls = 100
+case_passes = "4"
+
+[disclosure]
+min_aggregate_cases = 5
+""".replace("Z64", '"' + "0" * 64 + '"').replace("Z40", '"' + "0" * 40 + '"')
+
+VERIFIER = """from fractions import Fraction
+
+
+def score(case_input, expected, answer):
+    ok = isinstance(answer, dict) and answer.get("answer") == expected["answer"]
+    return Fraction(1 if ok else 0)
+"""
+
+
+def write_task_folder(root: Path) -> Path:
+    """The tiny task as a holedger.tasks folder (task.toml, cases, verifier, seed), pinned."""
+    import json
+
+    from holedger.tasks.pinning import pin_task
+
+    root.mkdir(parents=True, exist_ok=True)
+    write_seed(root)
+    (root / "task.toml").write_text(TASK_TOML)
+    (root / "verifier.py").write_text(VERIFIER)
+    (root / "cases").mkdir(exist_ok=True)
+    for split, ids in CASES.items():
+        cases = [
+            {"id": c, "input": {"q": question(c)}, "expected": {"answer": question(c).upper()}}
+            for c in ids
+        ]
+        (root / "cases" / f"{split}.json").write_text(json.dumps(cases, indent=1))
+    pin_task(root)
+    return root

@@ -44,7 +44,9 @@ def _handler(model: SimulatedModel, calls: list[dict[str, Any]]) -> type[BaseHTT
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            ids = [{"id": name, "object": "model", "owned_by": "holedger"} for name in model.models()]
+            ids = [
+                {"id": name, "object": "model", "owned_by": "holedger"} for name in model.models()
+            ]
             self._send(200, {"object": "list", "data": ids})
 
         def do_POST(self) -> None:
@@ -54,12 +56,31 @@ def _handler(model: SimulatedModel, calls: list[dict[str, Any]]) -> type[BaseHTT
                 reply = model.complete(body)
             except SimulatorTransientError as exc:
                 calls.append({"status": exc.status})
-                self._send(exc.status, {"error": {"message": str(exc), "type": "server_error",
-                                                  "param": None, "code": None}}, retry=True)
+                self._send(
+                    exc.status,
+                    {
+                        "error": {
+                            "message": str(exc),
+                            "type": "server_error",
+                            "param": None,
+                            "code": None,
+                        }
+                    },
+                    retry=True,
+                )
                 return
             except SimulatorRequestError as exc:
-                self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error",
-                                           "param": None, "code": None}})
+                self._send(
+                    400,
+                    {
+                        "error": {
+                            "message": str(exc),
+                            "type": "invalid_request_error",
+                            "param": None,
+                            "code": None,
+                        }
+                    },
+                )
                 return
             calls.append({"status": 200, "usage": reply["usage"]})
             self._send(200, reply)
@@ -95,6 +116,7 @@ def run_trial_in_process(candidate: Path, case_input: dict[str, Any], base_url: 
     os.environ.update(env)
     sys.path.insert(0, str(candidate))
     stdin, stdout = io.StringIO(json.dumps(case_input)), io.StringIO()
+    saved_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
             old_stdin, sys.stdin = sys.stdin, stdin
@@ -107,6 +129,7 @@ def run_trial_in_process(candidate: Path, case_input: dict[str, Any], base_url: 
             finally:
                 sys.stdin = old_stdin
     finally:
+        sys.dont_write_bytecode = saved_bytecode
         sys.path[:] = saved_path
         for key, value in saved_env.items():
             if value is None:

@@ -197,8 +197,8 @@ class Optimizer:
         edits: list[Edit],
         seed_tree: dict[str, str],
         *,
-        dev_cases: int = 8,
-        val_cases: int = 20,
+        dev_cases: int = 6,
+        val_cases: int = 12,
         finalists: int = 2,
     ) -> None:
         self.api = api
@@ -245,7 +245,7 @@ class Optimizer:
             if tree is None:
                 say(f"{edit.name}: does not apply to the current best; skipped")
                 continue
-            label = f"{best.label}+{edit.name}" if best is not seed else edit.name
+            label = f"{best.label}+{edit.name.split('-', 1)[0]}"
             cand = self.commit(tree, best.commit, label)
             cand.history = [*best.history, edit.name]
             cand.dev = dev_mean(self.evaluate(cand, "dev", subset))
@@ -271,7 +271,8 @@ class Optimizer:
             cand.val = val_mean(self.evaluate(cand, "val", val_subset))
             say(f"{cand.label}: val mean {float(cand.val):.3f} on {len(val_subset)} cases")
         winner = max(finalists, key=lambda c: (c.val or Fraction(0), dev_key(c)))
-        say(f"nominating {winner.label} ({winner.commit[:12]}); the server scores it on test")
+        say(f"nominating {winner.label} ({winner.commit[:12]}): {', '.join(winner.history)}")
+        say("the server now scores it on the held-out test split, which this program never sees")
         self.api.call("POST", "/nomination", {"candidate": winner.commit})
         return winner
 
@@ -282,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edits", type=Path, default=here / "edits")
     parser.add_argument("--seed", type=Path, default=here / "seed")
     parser.add_argument("--api", default=os.environ.get("HOLEDGER_API_URL", ""))
-    parser.add_argument("--dev-cases", type=int, default=8, help="dev cases per evaluation")
-    parser.add_argument("--val-cases", type=int, default=20, help="val cases per evaluation")
+    parser.add_argument("--dev-cases", type=int, default=6, help="dev cases per evaluation")
+    parser.add_argument("--val-cases", type=int, default=12, help="val cases per evaluation")
     parser.add_argument("--finalists", type=int, default=2, help="candidates evaluated on val")
     args = parser.parse_args(argv)
     token = os.environ.get("HOLEDGER_API_TOKEN", "")

@@ -2,9 +2,9 @@
 
 Writes, from one seed, the corpus of fictional company reports (seed/corpus/, shipped
 with every candidate), the cases with their expected answers (cases/<split>.json, read
-only by the trusted process) and nothing else; the split manifest is written by
-``holedger.tasks`` from the cases. Run ``python generate.py`` in this folder to rebuild;
-the output is byte-identical for the same seed.
+only by the trusted process); run as a script it also re-pins the split manifest and
+the digests in task.toml (``holedger.tasks.pinning``). The output is byte-identical for
+the same seed.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 SEED = "officeqa-lite-v1"
 N_COMPANIES = 36
-SPLIT_SIZES = {"dev": 24, "val": 48, "test": 48}
+SPLIT_SHARES = {"dev": 1, "val": 2, "test": 2}  # fifths of every question kind
 KIND_COUNTS = {
-    "lookup": 36,
-    "sum": 18,
-    "difference": 18,
-    "pct_change": 18,
+    "lookup": 35,
+    "sum": 20,
+    "difference": 20,
+    "pct_change": 15,
     "cross_difference": 15,
     "cross_sum": 15,
 }
@@ -30,13 +30,44 @@ METRICS = ("Revenue", "Operating costs", "Marketing spend")
 PERIODS = tuple(f"Q{q} {y}" for y in (2022, 2023) for q in range(1, 5))
 
 FIRST = (
-    "Amber", "Boreal", "Cobalt", "Dunmore", "Elder", "Fenwick", "Granite", "Harbor",
-    "Iris", "Juniper", "Kestrel", "Lumen", "Marlow", "Northgate", "Orchard", "Pelican",
-    "Quarry", "Redwood", "Saltmarsh", "Tamarack", "Umber", "Vantage", "Willow", "Yarrow",
+    "Amber",
+    "Boreal",
+    "Cobalt",
+    "Dunmore",
+    "Elder",
+    "Fenwick",
+    "Granite",
+    "Harbor",
+    "Iris",
+    "Juniper",
+    "Kestrel",
+    "Lumen",
+    "Marlow",
+    "Northgate",
+    "Orchard",
+    "Pelican",
+    "Quarry",
+    "Redwood",
+    "Saltmarsh",
+    "Tamarack",
+    "Umber",
+    "Vantage",
+    "Willow",
+    "Yarrow",
 )
 SECOND = (
-    "Logistics", "Foods", "Robotics", "Textiles", "Energy", "Pharma", "Analytics",
-    "Shipping", "Ceramics", "Optics", "Brewing", "Software",
+    "Logistics",
+    "Foods",
+    "Robotics",
+    "Textiles",
+    "Energy",
+    "Pharma",
+    "Analytics",
+    "Shipping",
+    "Ceramics",
+    "Optics",
+    "Brewing",
+    "Software",
 )
 CITIES = ("Port Calder", "Ashby", "New Tarn", "Westmere", "Holloway", "Brightwater", "Caskfield")
 SENTENCES = (
@@ -93,7 +124,7 @@ def make_company(rng: Rng, name: str) -> dict[str, Any]:
         marketing = revenue * (marketing_ratio + rng.between(-2, 2)) // 100
         table[period] = {"Revenue": revenue, "Operating costs": costs, "Marketing spend": marketing}
     n_sentences = rng.between(1, 5)
-    picks = [0] + sorted({1 + rng.below(len(SENTENCES) - 1) for _ in range(n_sentences)})
+    picks = [0, *sorted({1 + rng.below(len(SENTENCES) - 1) for _ in range(n_sentences)})]
     words = {
         "name": name,
         "city": CITIES[rng.below(len(CITIES))],
@@ -147,10 +178,7 @@ def make_question(rng: Rng, kind: str, companies: list[dict[str, Any]]) -> dict[
         value = Decimal(t1[p1][metric])
     elif kind == "sum":
         year = p1[3:]
-        text = (
-            f"What was the total {m} of {c1} over the four quarters of {year}, "
-            "in USD thousands?"
-        )
+        text = f"What was the total {m} of {c1} over the four quarters of {year}, in USD thousands?"
         value = Decimal(sum(t1[f"Q{q} {year}"][metric] for q in range(1, 5)))
     elif kind == "difference":
         text = (
@@ -190,30 +218,36 @@ def generate(root: Path, seed: str = SEED) -> None:
         old.unlink()
     for company in companies:
         (corpus / f"{slug(company['name'])}.txt").write_text(render_document(company))
-    questions = []
+    by_split: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLIT_SHARES}
     seen: set[str] = set()
     for kind, count in KIND_COUNTS.items():
-        made = 0
-        while made < count:
+        questions: list[dict[str, Any]] = []
+        while len(questions) < count:
             question = make_question(rng, kind, companies)
-            if question["input"]["question"] in seen:
-                continue
-            seen.add(question["input"]["question"])
-            questions.append(question)
-            made += 1
-    rng.shuffle(questions)
+            if question["input"]["question"] not in seen:
+                seen.add(question["input"]["question"])
+                questions.append(question)
+        # Stratified: every split gets the same share of every question kind.
+        start = 0
+        for split, share in SPLIT_SHARES.items():
+            size = count * share // sum(SPLIT_SHARES.values())
+            by_split[split].extend(questions[start : start + size])
+            start += size
     cases_dir = root / "cases"
     cases_dir.mkdir(exist_ok=True)
-    start = 0
-    for split, size in SPLIT_SIZES.items():
-        cases = []
-        for offset, question in enumerate(questions[start : start + size]):
-            case_id = f"oql-{split}-{offset + 1:03d}"
-            cases.append({"id": case_id, **question})
-        start += size
+    for split, questions in by_split.items():
+        rng.shuffle(questions)
+        cases = [
+            {"id": f"oql-{split}-{offset + 1:03d}", **question}
+            for offset, question in enumerate(questions)
+        ]
         text = json.dumps(cases, indent=1, sort_keys=True) + "\n"
         (cases_dir / f"{split}.json").write_text(text)
 
 
 if __name__ == "__main__":
-    generate(Path(__file__).resolve().parent)
+    from holedger.tasks.pinning import pin_task
+
+    here = Path(__file__).resolve().parent
+    generate(here)
+    pin_task(here)

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from openai import OpenAI
 
@@ -83,13 +84,11 @@ def run(case: dict[str, object]) -> str:
         {"role": "system", "content": system},
         {"role": "user", "content": str(case["question"])},
     ]
-    extra: dict[str, object] = {}
+    request: dict[str, Any] = {"model": MODEL, "messages": messages, "tools": TOOLS}
     if REASONING_EFFORT:
-        extra["reasoning_effort"] = REASONING_EFFORT
+        request["reasoning_effort"] = REASONING_EFFORT
     for _ in range(MAX_STEPS):
-        response = client.chat.completions.create(
-            model=MODEL, messages=messages, tools=TOOLS, **extra
-        )
+        response = client.chat.completions.create(**request)
         message = response.choices[0].message
         if not message.tool_calls:
             return extract_answer(message.content or "")
