@@ -931,6 +931,20 @@ def _parse_chat(raw: bytes) -> dict[str, Any]:
             "'messages' must be a non-empty list",
             param="messages",
         )
+    for key in ("max_tokens", "max_completion_tokens", "n"):
+        value = body.get(key)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            # A limit the upstream might read as "no limit" would let a call outgrow its
+            # reservation: refuse it rather than guess.
+            raise _Denial(
+                400,
+                "invalid_request_error",
+                "invalid_request",
+                f"'{key}' must be a positive integer",
+                param=key,
+            )
     return body
 
 

@@ -711,8 +711,12 @@ def safety_section(report: ReplayReport, data: RunData) -> str:
 def leakage_section(report: ReplayReport) -> str:
     leakage = report.sections.get("leakage")
     checks = [c for c in report.checks if c.name in ("leakage", "candidate_scan")]
+
+    def cls(ok: bool, detail: str) -> str:
+        return "bad" if not ok else ("warnline" if "skipped" in detail else "ok")
+
     head = "".join(
-        f"<p class='{'ok' if c.ok else 'bad'}'><b>{esc(c.name)}</b>: {esc(c.detail)}</p>"
+        f"<p class='{cls(c.ok, c.detail)}'><b>{esc(c.name)}</b>: {esc(c.detail)}</p>"
         for c in checks
     )
     if not isinstance(leakage, dict):
@@ -739,7 +743,12 @@ def leakage_section(report: ReplayReport) -> str:
             f"<details><summary>{len(shown)} projections shown to the optimizer, by digest"
             f"</summary>{_records_table(shown)}</details>"
         )
-    rest = {k: v for k, v in leakage.items() if k not in ("audit", "candidate_scan", "shown")}
+    rules = leakage.get("rules")
+    if isinstance(rules, dict):
+        text = ", ".join(f"{k} {v}" for k, v in rules.items())
+        parts.append(f"<p class='muted'>matching rules: {esc(text)}</p>")
+    skip = ("audit", "candidate_scan", "shown", "rules")
+    rest = {k: v for k, v in leakage.items() if k not in skip}
     if rest:
         parts.append(_generic(rest))
     return _section("leakage", "Leakage audit", "".join(parts))
@@ -768,7 +777,7 @@ table.facts td:first-child{width:140px;color:#5b6577}
 tr.fail td{background:#fdecec}tr.warn td{background:#fff7e0}
 .verdict{font-size:20px;font-weight:700;padding:6px 12px;border-radius:6px;display:inline-block}
 .verdict.ok{background:#e3f6e8;color:#17692f}.verdict.bad{background:#fdecec;color:#a11a1a}
-.ok{color:#17692f}.bad{color:#a11a1a}.muted{color:#5b6577}.big{font-size:17px}
+.ok{color:#17692f}.bad{color:#a11a1a}.warnline{color:#8a5a00}.muted{color:#5b6577}.big{font-size:17px}
 svg.plot{max-width:100%;height:auto;display:block}
 .axis{stroke:#8a93a3;stroke-width:1}.grid{stroke:#eceff4;stroke-width:1}
 .tick,.reflabel,.blabel,.bval{font-size:11px;fill:#5b6577}.blabel{fill:#1d2433}

@@ -10,7 +10,6 @@ folder to load instead of the pinned task id) or ``task_data`` (a ready :class:`
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,13 +84,9 @@ def _pinned(data: TaskData, ctx: ReplayContext) -> TaskData | str:
 
 
 def _tasks_api() -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
-    """``load_task`` and ``task_digest`` from holedger.tasks, wherever the room puts them."""
-    load_task = digest_of = None
-    for module_name in ("holedger.tasks", "holedger.tasks.spec", "holedger.tasks.loader"):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        load_task = load_task or getattr(module, "load_task", None)
-        digest_of = digest_of or getattr(module, "task_digest", None)
-    return load_task, digest_of
+    """``load_task`` and ``task_digest`` of holedger.tasks (None when it cannot load)."""
+    try:
+        from holedger.tasks import load_task, task_digest
+    except ImportError:
+        return None, None
+    return load_task, task_digest

@@ -20,6 +20,7 @@ serialise with sorted keys and no whitespace.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -90,14 +91,9 @@ def _encode_checked_by_parsing(value: JSONValue) -> bytes | None:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         data = text.encode("utf-8")
-        if data.count(b"{") + data.count(b"[") > MAX_DEPTH:
+        if data.count(b"{") + data.count(b"[") > MAX_DEPTH or _LONG_DIGITS.search(text):
             return None
-        again = json.loads(
-            data,
-            parse_float=_reject_float,
-            parse_int=_exact_int,
-            parse_constant=_reject_constant,
-        )
+        again = json.loads(text, parse_float=_reject_float, parse_constant=_reject_constant)
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError, CanonicalError):
         return None
     return data if again == value else None
@@ -109,6 +105,11 @@ def _reject_float(token: str) -> Any:
 
 def _reject_constant(token: str) -> Any:
     raise CanonicalError(f"non-JSON constant {token} in canonical JSON")
+
+
+# Any integer outside the exact range has at least 16 digits; text without such a run of
+# digits can be parsed without a per-integer callback.
+_LONG_DIGITS = re.compile(r"[0-9]{16}")
 
 
 def _exact_int(token: str) -> int:
@@ -133,11 +134,12 @@ def parse_json(data: bytes) -> JSONValue:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CanonicalError("bytes are not UTF-8") from exc
+    int_hook = _exact_int if _LONG_DIGITS.search(text) else None
     try:
         return json.loads(
             text,
             parse_float=_reject_float,
-            parse_int=_exact_int,
+            parse_int=int_hook,
             parse_constant=_reject_constant,
             object_pairs_hook=_no_duplicates,
         )

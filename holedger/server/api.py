@@ -23,6 +23,7 @@ by the protocol, recorded when it is a request), 413 (body too large).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -46,6 +47,7 @@ from holedger.schemas.events import SafetyViolation
 from holedger.server.candidates import read_file_map, read_tar
 from holedger.server.service import RunService
 
+log = logging.getLogger("holedger.server")
 MAX_BODY_BYTES = 16 << 20
 MAX_JSON_BYTES = 1 << 20
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
@@ -106,6 +108,9 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
             except HoledgerError as exc:
                 status, kind = _status_of(exc)
                 return error_response(status, kind, exc.message, exc.hint)
+            except Exception:  # never a traceback to the optimizer; the server log has it
+                log.exception("API request failed: %s %s", request.method, request.url.path)
+                return error_response(500, "server_error", "internal error")
 
         return endpoint
 

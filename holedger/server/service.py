@@ -397,6 +397,8 @@ class RunService:
         """
         if split not in ("dev", "val", "test"):
             raise UsageError(f"unknown split {split!r}", hint="use dev or val")
+        if attempts < 1:
+            raise UsageError(f"attempts must be at least 1, got {attempts}")
         state = self.states.current(run_id)
         _open_for_search(state)
         commit = state.resolve_candidate(candidate)

@@ -48,7 +48,9 @@ def run_blocks(
 ) -> subprocess.CompletedProcess[str]:
     """Run the blocks as one bash script (variables carry over), stopping at the first
     failing command; returns the finished process."""
-    script = "set -euo pipefail\n" + "\n".join(b.body for b in blocks)
+    # Background jobs a block starts (a stand-in upstream) end with the script.
+    script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+    script += "\n".join(b.body for b in blocks)
     run_env = {**os.environ, **(env or {})}
     run_env.pop("HOLEDGER_HOME", None)
     run_env.pop("HOLEDGER_LEDGER", None)

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from conftest import SIM_MODEL, CountingUpstream, Env, close_env, make_terms, open_env
 
 from holedger.gateway.config import GatewayConfig
 from holedger.schemas.events import SafetyViolation
+
+from .helpers import SIM_MODEL, CountingUpstream, Env, close_env, make_terms, open_env
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -47,6 +48,19 @@ def test_a_chat_body_without_messages_is_400(env: Env, upstream: CountingUpstrea
     resp = post(env, b'{"model": "holedger-sim-1"}', env.trial_token())
     assert_openai_error(resp, 400, "invalid_request")
     assert resp.json()["error"]["param"] == "messages"
+    assert upstream.bodies == []
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ['"max_tokens": 0', '"max_tokens": -5', '"max_completion_tokens": "50"', '"n": 0', '"n": 1.5'],
+)
+def test_a_limit_the_upstream_could_read_as_unlimited_is_400(
+    env: Env, upstream: CountingUpstream, extra: str
+) -> None:
+    body = '{"model":"holedger-sim-1","messages":[{"role":"user","content":"hi"}],' + extra + "}"
+    resp = post(env, body.encode(), env.trial_token())
+    assert_openai_error(resp, 400, "invalid_request")
     assert upstream.bodies == []
 
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import SIM_MODEL, Env, close_env, make_terms, open_env
 
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.serve import AppServer
 from holedger.gateway.sim_server import create_simulator_app
 from holedger.gateway.wire import Receive, Scope, Send
 from holedger.replay.engine import replay_run
+
+from .helpers import SIM_MODEL, Env, close_env, make_terms, open_env
 
 CLIENTS = 40
 CALLS_EACH = 4

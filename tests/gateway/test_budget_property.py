@@ -7,7 +7,6 @@ import random
 import uuid
 from typing import Any
 
-from conftest import digest, make_terms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,8 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 from holedger.schemas.types import ZERO_HASH
+
+from .helpers import digest, make_terms
 
 KEY = SigningKey.generate("property-test")
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import openai
-from conftest import SIM_MODEL, CountingUpstream, Env
 
 from holedger.schemas.events import GatewayCall
+
+from .helpers import SIM_MODEL, CountingUpstream, Env
 
 MESSAGES = [
     {"role": "system", "content": "You answer questions about company reports. " * 8},

@@ -12,10 +12,11 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import SIM_MODEL, close_env, make_terms, open_env
 
 from holedger.replay.engine import replay_run
 from holedger.replay.gateway_checks import GatewayProjection
+
+from .helpers import SIM_MODEL, close_env, make_terms, open_env
 
 PG_URL = os.environ.get("HOLEDGER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

@@ -8,13 +8,14 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import SIM_MODEL, Env, close_env, digest, make_terms, open_env
 
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run as full_replay
 from holedger.replay.gateway_checks import GatewayProjection
 from holedger.replay.report import ReplayReport
 from holedger.schemas.events import TrialCompleted
+
+from .helpers import SIM_MODEL, Env, close_env, digest, make_terms, open_env
 
 MESSAGES = [{"role": "user", "content": "What was Acme's revenue in 2023?"}]
 CAP = 450

@@ -9,7 +9,6 @@ import httpx
 import openai
 import pytest
 from click.testing import CliRunner
-from conftest import SIM_MODEL, Env, digest, make_terms
 from sqlalchemy import select
 
 from holedger.cli import cli
@@ -18,6 +17,8 @@ from holedger.gateway.app import CallerBinding
 from holedger.gateway.tokens import TokenRegistry, tokens_table
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import GatewayCall, SafetyViolation
+
+from .helpers import SIM_MODEL, Env, digest, make_terms
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import SIM_MODEL, CountingUpstream, close_env, make_terms, open_env
 
 from holedger.errors import ConfigError
 from holedger.gateway.config import GatewayConfig
 from holedger.gateway.serve import AppServer
 from holedger.gateway.wire import Receive, Scope, Send
+
+from .helpers import SIM_MODEL, CountingUpstream, close_env, make_terms, open_env
 
 
 class HeaderSpy(CountingUpstream):

@@ -109,12 +109,20 @@ def test_non_canonical_spellings_are_refused(text: bytes) -> None:
         parse_canonical(text)  # ... but not the one canonical spelling
 
 
-@given(st.integers().filter(lambda n: abs(n) > MAX_SAFE_INTEGER))
+@given(st.integers(min_value=MAX_SAFE_INTEGER + 1) | st.integers(max_value=-MAX_SAFE_INTEGER - 1))
 def test_integers_outside_the_exact_range_are_refused(number: int) -> None:
     with pytest.raises(CanonicalError):
         canonical_json([number])
     with pytest.raises(CanonicalError):
         parse_json(str(number).encode())
+    with pytest.raises(CanonicalError):
+        parse_json(f'{{"n": {number}, "s": "x"}}'.encode())
+
+
+@pytest.mark.parametrize("number", [MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 10**15, 1234567890123456])
+def test_long_integers_inside_the_exact_range_are_kept(number: int) -> None:
+    data = canonical_json({"n": number, "s": "1234567890123456789"})
+    assert parse_canonical(data) == {"n": number, "s": "1234567890123456789"}
 
 
 # ---------------------------------------------------------------------------- rationals

@@ -210,3 +210,33 @@ def test_the_api_is_served_on_a_unix_socket(api: AppServer, service: RunService)
     ) as http:
         assert http.get(f"/v1/runs/{opened.run_id}").json()["run_id"] == opened.run_id
     assert Path(sock).exists()
+
+
+def test_malformed_requests_are_refused_without_a_record(
+    api: AppServer, service: RunService
+) -> None:
+    opened = service.open_run("tiny")
+    run = opened.run_id
+    before = sum(1 for _ in service.ledger.records(run))
+    with _client(api, opened.optimizer_token) as http:
+        url = f"/v1/runs/{run}/evaluations"
+        bad = [
+            {"candidate": "seed", "split": "dev", "attempts": 0},
+            {"candidate": "seed", "split": "dev", "attempts": True},
+            {"candidate": "seed", "split": "train"},
+            {"candidate": "seed", "split": "dev", "case_ids": "dev-1"},
+            {"candidate": "seed", "split": "dev", "case_ids": ["no-such-case"]},
+            {"candidate": "nope", "split": "dev"},
+            {"split": "dev"},
+        ]
+        for body in bad:
+            response = http.post(url, json=body)
+            assert response.status_code in (400, 404), (body, response.text)
+            assert "error" in response.json()
+        raw = http.post(url, content=b"{not json", headers={"content-type": "application/json"})
+        assert raw.status_code == 400
+        text = http.post(
+            f"/v1/runs/{run}/candidates", content=b"x", headers={"content-type": "text/plain"}
+        )
+        assert text.status_code == 415
+    assert sum(1 for _ in service.ledger.records(run)) == before

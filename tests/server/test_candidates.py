@@ -121,7 +121,7 @@ def test_tar_with_links_or_traversal_is_refused() -> None:
     hard.type = tarfile.LNKTYPE
     hard.linkname = "harness/__main__.py"
     dotdot = tarfile.TarInfo("../../outside.py")
-    absolute = tarfile.TarInfo("/tmp/abs.py")
+    absolute = tarfile.TarInfo("/srv/abs.py")
     fifo = tarfile.TarInfo("harness/pipe")
     fifo.type = tarfile.FIFOTYPE
     for member in (sym, hard, dotdot, absolute, fifo):

@@ -63,7 +63,7 @@ def test_every_edit_has_a_lever_and_applies_to_the_seed_in_any_order(tmp_path: P
     edits = load_edits(TASK.root)
     assert len(edits) >= 8
     assert {e.lever for e in edits} == set(LEVERS)
-    trees = []
+    trees: list[str] = []
     for order in (edits, list(reversed(edits))):
         tree = tmp_path / f"tree{len(trees)}"
         shutil.copytree(TASK.seed_dir, tree)

@@ -141,7 +141,7 @@ def test_repeated_prompt_prefixes_are_reported_as_cached() -> None:
     cached = second["prompt_tokens_details"]["cached_tokens"]
     assert 0 < cached <= second["prompt_tokens"]
     assert cached % 64 == 0 and cached >= first["prompt_tokens"] - 64
-    assert SimulatedModel().complete  # a fresh model has an empty cache:
+    # A fresh model has an empty cache.
     fresh = complete(SimulatedModel(), body)["usage"]
     assert fresh["prompt_tokens_details"]["cached_tokens"] == 0
 

@@ -14,8 +14,10 @@ from holedger.cli import cli
 from holedger.errors import NotFoundError, VerificationError
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import TaskTerms
+from holedger.schemas.task import SPLITS
+from holedger.schemas.types import Split
 from holedger.tasks import digests, load_task, task_digest
-from holedger.tasks.loader import read_spec
+from holedger.tasks.loader import Case, read_spec
 
 
 def _verify(path: Path) -> tuple[int, dict[str, object], str]:
@@ -104,7 +106,7 @@ def test_a_rewritten_manifest_is_refused_against_the_pins(task_copy: Path) -> No
     from holedger.tasks.pinning import manifest_text
 
     spec = read_spec(task_copy)
-    cases = {s: read_cases(task_copy, spec, s) for s in ("dev", "val", "test")}
+    cases: dict[Split, list[Case]] = {s: read_cases(task_copy, spec, s) for s in SPLITS}
     cases["dev"].append(cases["test"].pop())  # a self-consistent but different manifest
     (task_copy / "manifest.json").write_text(manifest_text(build_manifest(spec.id, cases)))
     code, report, _ = _verify(task_copy)

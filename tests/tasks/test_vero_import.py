@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -31,7 +32,7 @@ def _copy(vero_dir: Path, task: str, tmp_path: Path) -> Path:
     return dest
 
 
-def _load(path: Path) -> object:
+def _load(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
@@ -55,7 +56,7 @@ def test_each_shared_partition_imports_and_its_manifest_verifies(
     assert all(check.ok for check in check_manifest(manifest))
     ids = [set(manifest.ids(s)) for s in ("dev", "val", "test")]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
-    assert ids[0] == set(_load(vero_dir / task / "development.json"))  # type: ignore[arg-type]
+    assert ids[0] == set(_load(vero_dir / task / "development.json"))
 
     verified = CliRunner().invoke(cli, ["tasks", "verify", str(out)])
     assert verified.exit_code == 0, verified.output
@@ -128,7 +129,7 @@ def test_the_partition_digest_is_recomputed_as_published(vero_dir: Path) -> None
     lists = {n: _load(folder / f"{n}.json") for n in ("development", "validation", "test")}
     manifest = _load(folder / "manifest.json")
     assert isinstance(manifest, dict)
-    assert partition_digest(lists) == manifest["partition_digest"]  # type: ignore[arg-type]
+    assert partition_digest(lists) == manifest["partition_digest"]
 
 
 def test_a_manifest_that_places_a_case_elsewhere_is_refused(vero_dir: Path, tmp_path: Path) -> None:
