@@ -98,7 +98,7 @@ def baseline_seconds(home: Path) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default=None)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=2, help="demo runs (0: the trial parts only)")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     py = timed([sys.executable, "-c", "pass"])

@@ -24,7 +24,7 @@ How it responds to the eight harness levers:
 2. context management: every document in context that the question does not need, and
    every 1000 prompt tokens past 1200, raises the chance of reading a neighbouring row;
 3. step cap: it needs one turn per company to look up plus one turn to answer;
-4. retry and timeout policy: about 6% of calls raise ``SimulatorTransientError``
+4. retry and timeout policy: about 4% of calls raise ``SimulatorTransientError``
    (500/502/503); a retried call is drawn afresh;
 5. tool schema: a parameter named or described as a company or document name gets the
    company name; a vague one often gets the whole question pasted in;
