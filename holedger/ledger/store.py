@@ -445,6 +445,8 @@ class Ledger:
         with self._lock:
             head = self._head(run_id)
             if expected_seq is not None and expected_seq != head.next_seq:
+                # Either side may be stale: forget the cached head so a retry re-reads.
+                self._heads.pop(run_id, None)
                 raise LedgerConflictError(
                     f"run {run_id} is at seq {head.next_seq}, not {expected_seq}",
                     hint="re-read the run and decide again",
