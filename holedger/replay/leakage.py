@@ -9,7 +9,11 @@ them the audit is reported as skipped with the reason, which is not a failure.
 
 ``candidate_scan`` reads every committed candidate from the run's bare repository
 (``ReplayContext.extra["run_repo"]``, or ``settings.run_repo(run_id)``) and reports, with
-file and line, test content that a candidate added over what the seed ships.
+file and line, test content that a candidate added over what the seed ships. Test
+content in the nominated candidate voids the score: it fails the check (as does a
+recorded tree that differs from the repository's). In candidates that were not
+nominated it is reported under the warning-level ``candidate_scan_unnominated``: the
+optimizer tried, but the scored candidate is clean.
 
 Matching rules (chosen so that chance hits in ordinary code are not called leaks):
 
@@ -51,10 +55,16 @@ from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import canonical_json
-from holedger.schemas.events import CandidateCommitted, DisclosureProjected, Model
+from holedger.schemas.events import (
+    CandidateCommitted,
+    CandidateNominated,
+    DisclosureProjected,
+    Model,
+)
 
 LEAKAGE = "leakage"
 SCAN = "candidate_scan"
+SCAN_OTHERS = "candidate_scan_unnominated"
 MIN_INPUT_CHARS = 24
 MIN_ANSWER_DIGITS = 3
 MIN_ANSWER_CHARS = 4
@@ -217,6 +227,8 @@ class LeakageProjection:
         self.ctx = ctx
         self.shown: list[_Shown] = []
         self.candidates: list[CandidateCommitted] = []
+        self.committed_at: dict[str, int] = {}
+        self.nominated: str | None = None
 
     def apply(self, rec: Record, payload: Model) -> None:
         if isinstance(payload, DisclosureProjected):
@@ -233,10 +245,13 @@ class LeakageProjection:
             )
         elif isinstance(payload, CandidateCommitted):
             self.candidates.append(payload)
+            self.committed_at.setdefault(payload.candidate, rec.seq)
+        elif isinstance(payload, CandidateNominated) and self.nominated is None:
+            self.nominated = payload.candidate
 
     def finish(self, out: ReportBuilder) -> None:
         out.declare(LEAKAGE, "nothing shown to the optimizer holds test data")
-        out.declare(SCAN, "no committed candidate hard-codes test answers or case ids")
+        out.declare(SCAN, "the nominated candidate hard-codes no test answers or case ids")
         data = task_data(self.ctx)
         section: dict[str, Any] = {
             "shown": [
@@ -333,22 +348,25 @@ class LeakageProjection:
         for committed in self.candidates:
             problem = scan.scan(committed)
             if problem:
-                out.fail(None, "CandidateCommitted", problem, check=SCAN)
-        for finding in scan.findings:
-            out.fail(
-                None,
-                "CandidateCommitted",
-                f"candidate {finding['candidate'][:12]} {finding['file']}: {finding['kind']} "
-                f"({finding['items']} test items, first at line {finding['lines'][0]['line']})",
-                check=SCAN,
-            )
-        if not scan.findings and not scan.problems:
+                seq = self.committed_at.get(committed.candidate)
+                out.fail(seq, "CandidateCommitted", problem, check=SCAN)
+        nominated = [f for f in scan.findings if f["candidate"] == self.nominated]
+        others = [f for f in scan.findings if f["candidate"] != self.nominated]
+        for finding in nominated:
+            seq = self.committed_at.get(finding["candidate"])
+            out.fail(seq, "CandidateCommitted", _finding_line(finding), check=SCAN)
+        if not nominated and not scan.problems:
             out.check(
                 SCAN,
                 True,
                 f"{len(self.candidates)} candidates scanned ({scan.files} changed files): "
-                "no test answers or case ids",
+                "the nominated one holds no test answers or case ids",
             )
+        if others:
+            more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+            out.warn(SCAN_OTHERS, False, _finding_line(others[0]) + more)
+        elif self.candidates:
+            out.warn(SCAN_OTHERS, True, "no candidate holds test answers or case ids")
         return {
             "status": "done",
             "candidates": len(self.candidates),
@@ -356,6 +374,13 @@ class LeakageProjection:
             "findings": scan.findings[:MAX_LISTED],
             "problems": scan.problems,
         }
+
+
+def _finding_line(finding: dict[str, Any]) -> str:
+    return (
+        f"candidate {finding['candidate'][:12]} {finding['file']}: {finding['kind']} "
+        f"({finding['items']} test items, first at line {finding['lines'][0]['line']})"
+    )
 
 
 # --------------------------------------------------------------------------- candidates

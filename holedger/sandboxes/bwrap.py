@@ -74,6 +74,8 @@ WRAPPER = (
     "exec 3>&-; read _ <&4; exit $rc"
 )
 POLL_S = 0.05
+# The whole environment of the host wrapper and of bwrap (both use absolute paths).
+HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
 def _find(name: str) -> str | None:
@@ -325,8 +327,8 @@ class _Trial:
         argv = self.backend.build_argv(
             self.spec,
             interp=_interp(),
-            runtime=_runtime(),
-            etc=etc_dir(),
+            runtime=_runtime().resolve(),
+            etc=etc_dir().resolve(),
             seccomp_fd=seccomp_fd,
             info_fd=info_w,
             rlimits=rlimits,
@@ -355,6 +357,11 @@ class _Trial:
                     pass_fds=pass_fds,
                     close_fds=True,
                     start_new_session=True,
+                    # bwrap stays pid 1 inside the sandbox, where /proc/1/environ is
+                    # readable: it must not carry the host's environment (keys, paths)
+                    # nor its working directory (PWD).
+                    env=HOST_ENV,
+                    cwd="/",
                 )
 
             proc = services.setup_new(spawn)

@@ -68,6 +68,10 @@ RECORDED_TCP_PORTS = (
     27017,
 )
 MAX_OBSERVATIONS = 50
+# Relayed connections open at once, per trial. Each costs the host two sockets and two
+# threads (and the target a connection): without a cap one trial could exhaust the host
+# process's file descriptors and so break every other trial and the ledger.
+MAX_RELAY_CONNECTIONS = 32
 
 T = TypeVar("T")
 
@@ -189,6 +193,7 @@ class NetnsServices:
         self._selector = selectors.DefaultSelector()
         self._sockets: list[socket.socket] = []
         self._conns: set[socket.socket] = set()
+        self._relaying = 0
         self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -279,6 +284,12 @@ class NetnsServices:
                         continue
                     conn, _ = s.accept()
                     if kind == "relay":
+                        if not self._admit():
+                            conn.close()
+                            self._observe(
+                                f"more than {MAX_RELAY_CONNECTIONS} relayed connections at once"
+                            )
+                            continue
                         conn.setblocking(True)
                         threading.Thread(
                             target=self._relay, args=(conn, self.relays[port]), daemon=True
@@ -298,7 +309,21 @@ class NetnsServices:
         self._observe(f"dns query for {name}")
         s.sendto(_nxdomain(packet, question), peer)
 
+    def _admit(self) -> bool:
+        with self._lock:
+            if self._relaying >= MAX_RELAY_CONNECTIONS:
+                return False
+            self._relaying += 1
+            return True
+
     def _relay(self, client: socket.socket, target: Path) -> None:
+        try:
+            self._relay_one(client, target)
+        finally:
+            with self._lock:
+                self._relaying -= 1
+
+    def _relay_one(self, client: socket.socket, target: Path) -> None:
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.connect(str(target))

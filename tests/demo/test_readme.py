@@ -65,6 +65,9 @@ def named_commands() -> list[list[str]]:
                     words = shlex.split(part)
                 except ValueError:
                     words = part.split()
+                args = [w for w in words[1:] if not w.startswith("-")]
+                if args and args[0].isupper():
+                    continue  # a placeholder, as in `holedger COMMAND --help`
                 found.append(words[1:])
     return found
 

@@ -30,7 +30,7 @@ LOOKUP_TABLE = (
 
 
 def _with_candidates(
-    ledger: Ledger, tmp_path: Path, candidates: list[dict[str, str]]
+    ledger: Ledger, tmp_path: Path, candidates: list[dict[str, str]], nominate: int = -1
 ) -> tuple[RunWriter, Path, list[str]]:
     path = tmp_path / "run.git"
     repo = new_repo(path)
@@ -42,8 +42,8 @@ def _with_candidates(
         commit, tree = commit_files(repo, {**SEED_FILES, **extra}, parent=seed)
         writer.commit(commit, tree)
         ids.append(commit)
-    writer.evaluate(ids[-1], "dev", [DEV[0].id], 1)
-    honest_finish(writer, ids[-1])
+    writer.evaluate(ids[nominate], "dev", [DEV[0].id], 1)
+    honest_finish(writer, ids[nominate])
     return writer, path, ids
 
 
@@ -65,8 +65,30 @@ def test_candidate_holding_the_test_answers_is_reported_and_the_seed_is_not(
     # the report names test cases, never their answers
     assert TEST[2].expected["value"] not in str(report.sections["leakage"])
     assert ids[0] not in {f["candidate"] for f in scan["findings"]}
-    failure = failures_of(report, "candidate_scan")[0]
+    (failure,) = failures_of(report, "candidate_scan")
+    commit_seq = next(
+        r.seq for r in ledger.records(writer.run_id) if r.payload.get("candidate") == ids[1]
+    )
+    assert failure.startswith(f"{commit_seq}:CandidateCommitted:")
     assert "harness/answers.py: lookup table" in failure and "line 2" in failure
+    assert not report.verified
+
+
+def test_unnominated_candidate_with_test_answers_is_a_warning(
+    ledger: Ledger, tmp_path: Path, replay: Callable[..., ReplayReport]
+) -> None:
+    writer, path, ids = _with_candidates(
+        ledger, tmp_path, [{"harness/answers.py": LOOKUP_TABLE}, {}], nominate=2
+    )
+    report = replay(writer.run_id, run_repo=path)
+    assert report.verified, report.failures
+    result = {c.name: c for c in report.checks}
+    assert result["candidate_scan"].ok
+    assert not result["candidate_scan_unnominated"].ok
+    assert result["candidate_scan_unnominated"].level == "warning"
+    assert ids[1][:12] in result["candidate_scan_unnominated"].detail
+    (finding,) = report.sections["leakage"]["candidate_scan"]["findings"]
+    assert finding["candidate"] == ids[1] and finding["file"] == "harness/answers.py"
 
 
 def test_seed_and_ordinary_edits_are_not_reported(

@@ -27,7 +27,7 @@ from holedger.server.candidates import seed_commit_id
 from holedger.server.service import RunService
 from holedger.server.taskview import CaseData, ServerTask
 
-from .runs import checks, failures_of
+from .runs import checks
 
 K = 2
 SEED_MAIN = """import json, sys
@@ -157,7 +157,7 @@ def _replay(settings: Settings, task: ServerTask, run_id: str) -> ReplayReport:
         ledger.close()
 
 
-def test_server_run_passes_every_protocol_check_and_the_scan_reports_the_cheat(
+def test_server_run_verifies_and_the_scan_reports_the_unnominated_cheat(
     server_run: tuple[Settings, ServerTask, dict[str, Any]],
 ) -> None:
     settings, task, info = server_run
@@ -172,11 +172,16 @@ def test_server_run_passes_every_protocol_check_and_the_scan_reports_the_cheat(
         "test_split_sealed",
         "nomination",
         "trials_match_requests",
+        "candidate_scan",
     ):
         assert ok[name], (name, report.failures)
-    assert not ok["candidate_scan"]
-    assert failures_of(report, "candidate_scan")  # and nothing else failed
-    assert {f.check for f in report.failures} == {"candidate_scan"}
+    # the cheat was not nominated: the score stands, the attempt is reported as a warning
+    assert ok["candidate_scan"]
+    assert not ok["candidate_scan_unnominated"]
+    assert report.failures == []
+    assert report.verified
+    warning = {c.name: c for c in report.checks}["candidate_scan_unnominated"]
+    assert warning.level == "warning" and "harness/table.py: lookup table" in warning.detail
     findings = report.sections["leakage"]["candidate_scan"]["findings"]
     assert [(f["candidate"], f["file"], f["kind"]) for f in findings] == [
         (info["cheat"], "harness/table.py", "lookup table")

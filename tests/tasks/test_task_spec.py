@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from holedger.cli import cli
-from holedger.errors import NotFoundError, VerificationError
+from holedger.errors import NotFoundError, UsageError, VerificationError
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import TaskTerms
 from holedger.schemas.task import SPLITS
@@ -214,3 +217,32 @@ def test_pinning_an_unchanged_task_changes_nothing(task_copy: Path) -> None:
     shutil.rmtree(task_copy / "seed" / "harness")
     with pytest.raises(VerificationError):
         load_task(task_copy)
+
+
+def test_paths_in_task_toml_may_not_leave_the_task_folder(task_copy: Path) -> None:
+    toml = task_copy / "task.toml"
+    toml.write_text(toml.read_text().replace('path = "verifier.py"', 'path = "../verifier.py"'))
+    with pytest.raises(UsageError, match="leaves the task folder"):
+        load_task(task_copy)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=12),
+        st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+        max_size=8,
+    ),
+    st.randoms(),
+)
+def test_a_split_digest_depends_on_its_pairs_not_their_order(
+    pairs: dict[str, str], rng: random.Random
+) -> None:
+    items = list(pairs.items())
+    shuffled = items[:]
+    rng.shuffle(shuffled)
+    assert digests.split_digest(items) == digests.split_digest(shuffled)
+    if items:
+        case_id, digest = items[0]
+        flipped = ("0" if digest[0] != "0" else "1") + digest[1:]
+        assert digests.split_digest([(case_id, flipped), *items[1:]]) != digests.split_digest(items)
