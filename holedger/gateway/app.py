@@ -596,6 +596,7 @@ class Gateway:
         headers = [
             (b"content-type", resp.headers.get("content-type", "application/json").encode()),
             (b"x-holedger-call-id", call.call_id.encode()),
+            *_retry_headers(resp.headers),
         ]
         await send_bytes(send, resp.status_code, data, headers)
 
@@ -636,7 +637,11 @@ class Gateway:
                 model_reported=None,
                 reason="upstream error",
             )
-            headers = [JSON_TYPE, (b"x-holedger-call-id", call.call_id.encode())]
+            headers = [
+                JSON_TYPE,
+                (b"x-holedger-call-id", call.call_id.encode()),
+                *_retry_headers(resp.headers),
+            ]
             await send_bytes(send, resp.status_code, data, headers)
             return
         pump = _StreamPump(call, body, self.config.blob_cap_bytes)
@@ -961,3 +966,13 @@ def create_gateway_app(
 
 
 __all__ = ["CallerBinding", "Gateway", "TrialUsage", "create_gateway_app"]
+
+
+RETRY_HEADERS = ("retry-after-ms", "retry-after", "x-should-retry")
+
+
+def _retry_headers(upstream: Any) -> list[tuple[bytes, bytes]]:
+    """The upstream's retry advice, passed on so a client's SDK backs off as told."""
+    return [
+        (name.encode(), str(upstream[name]).encode()) for name in RETRY_HEADERS if name in upstream
+    ]

@@ -61,7 +61,8 @@ class SimulatorApp:
             result = self.model.complete(request)
         except SimulatorTransientError as exc:
             body = error_body(str(exc), "server_error", "simulated_transient")
-            await send_bytes(send, exc.status, body, [JSON_TYPE])
+            # Like a provider under load: retry soon (the openai SDK honours this header).
+            await send_bytes(send, exc.status, body, [JSON_TYPE, (b"retry-after-ms", b"20")])
             return
         except (ValueError, TypeError, KeyError) as exc:
             body = error_body(str(exc), "invalid_request_error", None)
