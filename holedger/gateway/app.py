@@ -74,6 +74,9 @@ from holedger.schemas.types import Role
 log = logging.getLogger("holedger.gateway")
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
+# Request fields with which an OpenAI-compatible router or proxy picks other models
+# (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
+MODEL_SWITCH_FIELDS = ("models", "fallbacks")
 ZERO = TokenUsage()
 
 
@@ -136,6 +139,7 @@ class _Call:
     reservation_index: int | None = None
     budget: GatewayBudgetState | None = None
     presented: PresentedToken | None = None
+    tracked: bool = False  # counted in its trial's calls in flight
 
     def attribute(self, claims: TokenClaims | CallerBinding) -> None:
         self.run_id = claims.run_id
@@ -257,6 +261,9 @@ class Gateway:
                 await self._not_found(call, scope, send)
         except _Denial as denial:
             await self._deny(call, denial, send)
+        finally:
+            if call.tracked:
+                self._track(call, -1)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -446,8 +453,14 @@ class Gateway:
 
     async def _chat(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
         claims = self._authenticate(call, scope)
+        # In flight from here, so close_trial waits for this call (and counts it) even
+        # while its body is still arriving; and the token is checked again once the body
+        # is in, so a call begun before its trial ended is not forwarded after it.
+        self._track(call, +1)
+        call.tracked = True
         raw = await self._read_body(call, scope, receive)
         call.request_bytes = raw
+        self._still_live(scope)
         body = _parse_chat(raw)
         call.stream = bool(body.get("stream"))
         call.model_requested = body["model"]
@@ -463,18 +476,27 @@ class Gateway:
         call.model_served = self.config.aliases.get(body["model"], body["model"])
         forwarded = self._rewrite(call, body)
         self._reserve(call, claims, len(forwarded), body)
-        self._track(call, +1)
-        try:
-            if call.stream:
-                await self._forward_stream(call, forwarded, body, receive, send)
-            else:
-                await self._forward(call, forwarded, send)
-        finally:
-            self._track(call, -1)
+        if call.stream:
+            await self._forward_stream(call, forwarded, body, receive, send)
+        else:
+            await self._forward(call, forwarded, send)
+
+    def _still_live(self, scope: Scope) -> None:
+        token = bearer_token(scope)
+        claims = self.tokens.lookup(token) if token is not None else None
+        state = claims.state() if claims is not None else "revoked"
+        if state != "live":
+            raise _Denial(
+                403, "permission_error", f"token_{state}", f"token refused ({state} meanwhile)"
+            )
 
     def _rewrite(self, call: _Call, body: dict[str, Any]) -> bytes:
         out = dict(body)
         out["model"] = call.model_served
+        if "max_tokens" in body and "max_completion_tokens" in body:
+            # Upstreams differ in which of the two they honour: send the one that was
+            # reserved (the smaller) in both.
+            out["max_tokens"] = out["max_completion_tokens"] = requested_max_tokens(body)
         if requested_max_tokens(body) is None:
             out[self.config.max_tokens_field] = self.config.default_max_tokens
             call.max_tokens_imposed = self.config.default_max_tokens
@@ -936,6 +958,17 @@ def _parse_chat(raw: bytes) -> dict[str, Any]:
             "'messages' must be a non-empty list",
             param="messages",
         )
+    for key in MODEL_SWITCH_FIELDS:
+        if key in body:
+            # Some upstreams (routers, proxies) serve another model named here, which the
+            # allow-list never saw.
+            raise _Denial(
+                400,
+                "invalid_request_error",
+                "invalid_request",
+                f"'{key}' is not accepted: name exactly one model in 'model'",
+                param=key,
+            )
     for key in ("max_tokens", "max_completion_tokens", "n"):
         value = body.get(key)
         if value is not None and (

@@ -42,6 +42,7 @@ from holedger.sandboxes.common import (
     limit_observations,
     pidns_members,
     pidns_of,
+    proc_status,
     sandbox_env,
     truncation_observations,
 )
@@ -204,6 +205,10 @@ class BwrapBackend:
             a += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         a += ["--proc", "/proc", "--dev", "/dev"]
         a += ["--size", str(spec.limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        # /dev's own tmpfs has no size (half the host's memory): give /dev/shm /tmp's limit,
+        # or without cgroups a harness could fill host memory through it.
+        a += ["--perms", "1777", "--size", str(spec.limits.tmp_mb * 1024 * 1024)]
+        a += ["--tmpfs", "/dev/shm"]
         visible = [Path("/usr"), interp.stdlib]
         a += ["--ro-bind", str(interp.stdlib), str(interp.stdlib)]
         if not _under(interp.executable, visible):
@@ -379,7 +384,15 @@ class _Trial:
             if ns is not None:
                 members = pidns_members(ns, cg.pids() if cg is not None else None)
                 left = [m for m in members if m[1] > 2]
-                if left:
+                if _wrapper_still_waits(members):
+                    # The harness wrote the status itself (it may open the wrapper's pipe
+                    # through /proc/2/fd): nothing it reported counts, and it stops now.
+                    exit_status = None
+                    self.observations.append(
+                        Observation("sandbox_error", "exit status forged by the harness")
+                    )
+                    self._kill(cg, init_pid, proc)
+                elif left:
                     self.observations.append(leftover_observation(left))
         elif status_text is None and not timed_out and not flooded:
             self.observations.append(
@@ -462,6 +475,19 @@ class _Trial:
             if pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _wrapper_still_waits(members: list[tuple[int, int, str]]) -> bool:
+    """Whether the wrapper (pid 2 inside) still has a child: the harness it runs.
+
+    The wrapper reports only after reaping the harness, and the harness's own children go
+    to pid 1 when it exits, so a live child of the wrapper means the report is forged."""
+    wrapper = next((host for host, inside, _ in members if inside == 2), None)
+    if wrapper is None:
+        return False
+    return any(
+        proc_status(host).get("PPid") == str(wrapper) for host, inside, _ in members if inside > 2
+    )
 
 
 def _read_child_pid(info_r: int) -> int | None:

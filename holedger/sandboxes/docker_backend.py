@@ -414,10 +414,11 @@ class DockerBackend:
         """(exit status or None, timed out, output flood)."""
         next_state = time.monotonic() + STATE_EVERY_S
         while True:
-            with contextlib.suppress(OSError, ValueError):
-                text = status_path.read_text()
-                if text.endswith("\n"):
-                    return int(text.strip()), False, False
+            status = _read_status(status_path)
+            if status == STATUS_FLOOD:
+                return None, False, True
+            if status is not None:
+                return status, False, False
             now = time.monotonic()
             if now > deadline:
                 return None, True, False
@@ -427,9 +428,30 @@ class DockerBackend:
                 next_state = now + STATE_EVERY_S
                 state = self.client.api.inspect_container(container)["State"]
                 if state.get("Status") != "running":
-                    with contextlib.suppress(OSError, ValueError):
-                        text = status_path.read_text()
-                        if text.endswith("\n"):
-                            return int(text.strip()), False, False
-                    return None, False, False
+                    status = _read_status(status_path)
+                    if status == STATUS_FLOOD:
+                        return None, False, True
+                    return status, False, False
             time.sleep(POLL_S)
+
+
+STATUS_MAX_BYTES = 16
+STATUS_FLOOD = -1  # not an exit status: the status file holds more than one ever can
+
+
+def _read_status(path: Path) -> int | None:
+    """The entrypoint's exit status line, None while absent, STATUS_FLOOD when oversized.
+
+    The harness runs as the entrypoint's uid and can write this file too: it is read with
+    a bound, and filling it ends the trial like an output flood."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(STATUS_MAX_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > STATUS_MAX_BYTES:
+        return STATUS_FLOOD
+    text = data.decode("ascii", "replace")
+    if not text.endswith("\n") or not text.strip().isdigit():
+        return None
+    return int(text.strip())

@@ -36,8 +36,13 @@ def open_writer(url: str, seed: bytes, checkpoint_interval: int = 16) -> Ledger:
     return Ledger.open(url, key, checkpoint_interval=checkpoint_interval, create_tables=False)
 
 
-def append_batches_forever(url: str, seed: bytes, run_id: str, first_batch: int) -> None:
-    """Append batches of 1 to 4 events, each call id naming its batch, until killed."""
+def append_batches_forever(
+    url: str, seed: bytes, run_id: str, first_batch: int, started: Any = None
+) -> None:
+    """Append batches of 1 to 4 events, each call id naming its batch, until killed.
+
+    ``started`` (an Event) is set once the first batch is committed.
+    """
     ledger = open_writer(url, seed)
     batch = first_batch
     while True:
@@ -46,6 +51,8 @@ def append_batches_forever(url: str, seed: bytes, run_id: str, first_batch: int)
             ("GatewayCall", gateway_call(f"b{batch}-{i}-of-{size}"), "gateway") for i in range(size)
         ]
         ledger.append_many(run_id, items)  # type: ignore[arg-type]
+        if started is not None and batch == first_batch:
+            started.set()
         batch += 1
 
 

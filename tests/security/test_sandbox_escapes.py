@@ -160,3 +160,166 @@ def test_relay_connections_are_capped_per_trial(
     assert result.exit_status == 0, result.stderr
     assert 0 < counting_target.peak <= MAX_RELAY_CONNECTIONS, counting_target.peak
     assert "network_attempt" in result.categories()
+
+
+def test_docker_status_file_flood_stops_the_trial(
+    docker_backend: Backend, run_harness: Runner
+) -> None:
+    """The entrypoint's status file is writable by the harness (same uid): filling it must
+    be treated like an output flood, not read whole by the host until the timeout."""
+    from holedger.sandboxes.docker_backend import OUT_DIR
+
+    result = run_harness(
+        docker_backend,
+        f"""
+        import time
+        with open("{OUT_DIR}/status", "w") as f:
+            for _ in range(40):
+                f.write("9" * (1 << 20))
+        time.sleep(60)
+        """,
+        limits=Limits(wall_s=20),
+    )
+    assert not result.timed_out
+    assert result.exit_status is None
+    assert any("flood" in o.detail for o in result.observations), result.observations
+
+
+LEAVE_STATE = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+for path in ("/dev/shm/holedger-left", "/tmp/holedger-left", "/dev/mqueue/holedger-left"):
+    try:
+        with open(path, "w") as f:
+            f.write("from the last trial")
+        out[path] = "written"
+    except OSError as exc:
+        out[path] = exc.errno
+out["sysv"] = libc.shmget(0x484C4447, 4096, 0o1666)  # IPC_CREAT | 0666
+print(json.dumps(out))
+"""
+
+FIND_STATE = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+for path in ("/dev/shm/holedger-left", "/tmp/holedger-left", "/dev/mqueue/holedger-left"):
+    out[path] = os.path.exists(path)
+out["sysv"] = libc.shmget(0x484C4447, 0, 0) != -1
+print(json.dumps(out))
+"""
+
+
+def test_nothing_a_trial_leaves_reaches_the_next(isolating: Backend, run_harness: Runner) -> None:
+    """Shared memory, /tmp and SysV IPC are private to one trial: a harness cannot pass
+    anything (a cache of answers, a signal) to a later trial of the same run."""
+    first = run_harness(isolating, LEAVE_STATE)
+    assert first.exit_status == 0, first.stderr
+    assert "written" in json.loads(first.stdout).values()
+    second = run_harness(isolating, FIND_STATE)
+    assert second.exit_status == 0, second.stderr
+    assert not any(json.loads(second.stdout).values()), second.stdout
+
+
+def test_bwrap_exit_status_forged_through_proc_does_not_count(
+    bwrap_backend: Backend, run_harness: Runner
+) -> None:
+    """The harness shares a uid with the in-sandbox wrapper and can open its status pipe
+    through /proc/2/fd: a status it writes itself must not be taken as its exit, nor buy
+    it time after the host stopped watching the clock."""
+    result = run_harness(
+        bwrap_backend,
+        """
+        import os, stat, time
+        for fd in os.listdir("/proc/2/fd"):
+            path = f"/proc/2/fd/{fd}"
+            try:
+                if stat.S_ISFIFO(os.stat(path).st_mode):
+                    w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                    os.write(w, b"0\\n")
+            except OSError:
+                pass
+        time.sleep(3)
+        print('{"late": true}', flush=True)
+        time.sleep(60)
+        """,
+        limits=Limits(wall_s=30),
+    )
+    assert result.exit_status != 0
+    assert b"late" not in result.stdout
+    assert "sandbox_error" in result.categories()
+
+
+def test_shared_memory_is_size_limited(isolating: Backend, run_harness: Runner) -> None:
+    """/dev/shm is writable (multiprocessing needs it) but bounded: without a size, a
+    harness under the rlimit fallback could fill host memory through it."""
+    result = run_harness(
+        isolating,
+        """
+        import json, os
+        st = os.statvfs("/dev/shm")
+        with open("/dev/shm/probe", "w") as f:
+            f.write("x")
+        print(json.dumps({"bytes": st.f_blocks * st.f_frsize}))
+        """,
+    )
+    assert result.exit_status == 0, result.stderr
+    assert json.loads(result.stdout)["bytes"] <= 64 * 1024 * 1024
+
+
+def test_cannot_leave_its_cgroup_or_mount_a_new_one(
+    isolating: Backend, run_harness: Runner
+) -> None:
+    """The limits hold only while the harness stays in its cgroup: moving itself (or a
+    child) elsewhere, or mounting a cgroup hierarchy of its own, must fail."""
+    result = run_harness(
+        isolating,
+        """
+        import ctypes, glob, json, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        moved = []
+        for procs in glob.glob("/sys/fs/cgroup/**/cgroup.procs", recursive=True):
+            try:
+                with open(procs, "w") as f:
+                    f.write(str(os.getpid()))
+                moved.append(procs)
+            except OSError:
+                pass
+        os.makedirs("/tmp/cg", exist_ok=True)
+        mounted = libc.mount(b"cgroup", b"/tmp/cg", b"cgroup", 0, b"memory") == 0
+        print(json.dumps({"moved": moved, "mounted": mounted}))
+        """,
+    )
+    assert result.exit_status == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out == {"moved": [], "mounted": False}
+
+
+def test_ipv6_and_raw_sockets_reach_nothing(isolating: Backend, run_harness: Runner) -> None:
+    result = run_harness(
+        isolating,
+        """
+        import json, socket
+        out = {}
+        for name, addr in (("v6-out", ("2606:4700:4700::1111", 443)), ("v6-lo", ("::1", 443))):
+            s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            s.settimeout(3)
+            try:
+                s.connect(addr); out[name] = "connected"
+            except OSError as exc:
+                out[name] = exc.errno
+        for name, args in (
+            ("raw", (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
+            ("packet", (socket.AF_PACKET, socket.SOCK_RAW, 0)),
+        ):
+            try:
+                socket.socket(*args); out[name] = "opened"
+            except OSError as exc:
+                out[name] = exc.errno
+        print(json.dumps(out))
+        """,
+    )
+    assert result.exit_status == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert "connected" not in out.values() and "opened" not in out.values(), out

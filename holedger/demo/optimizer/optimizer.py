@@ -9,8 +9,8 @@ nothing else; it never sees the ledger, the keys or the held-out split). Its pla
 3. for each prepared edit in order: apply it on top of the best tree so far, commit the
    result as a candidate, evaluate it on the same dev subset, and keep it when its dev
    mean is not below the best so far (the edits are meant to stack);
-4. evaluate the seed, the best few kept candidates and the final tree on val, where only
-   the aggregate mean is disclosed;
+4. evaluate the final tree and the best earlier kept candidate on val, where only the
+   aggregate mean is disclosed;
 5. nominate the candidate with the best val mean (the server then scores it on the
    held-out test split, which this program never sees).
 
@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
 from typing import Any
-
-LABEL = "holedger-example-optimizer"
 
 
 class ApiError(Exception):
@@ -69,7 +67,10 @@ class Api:
                 raw = resp.read()
                 status = resp.status
             except (ConnectionError, http.client.HTTPException, TimeoutError) as exc:
-                if attempt == 4:
+                # A POST that may have reached the server is not repeated: it could spend
+                # budget twice. Only a refused connection (nothing sent) is retried.
+                retry = method == "GET" or isinstance(exc, ConnectionRefusedError)
+                if attempt == 4 or not retry:
                     raise
                 say(f"connection problem ({exc}); retrying")
                 time.sleep(0.2 * (attempt + 1))
