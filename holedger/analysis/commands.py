@@ -1,9 +1,74 @@
-"""Command-line commands of the analysis room."""
+"""`holedger analysis gains`: normalized gains of scored runs against resolution bands."""
 
 from __future__ import annotations
 
 import click
 
+from holedger.output import console, emit_json, settings, table
+
+
+@click.group("analysis")
+def analysis_group() -> None:
+    """Cross-run statistics computed from the ledger."""
+
+
+@analysis_group.command("gains")
+@click.option("--task", "task_id", default=None, help="Only runs of this task.")
+@click.option("--verify", is_flag=True, help="Replay each run; count only verified runs.")
+@click.option("--baselines", is_flag=True, help="Include the seed-baseline runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def gains_cmd(
+    ctx: click.Context, task_id: str | None, verify: bool, baselines: bool, as_json: bool
+) -> None:
+    """Normalized gain g of every scored run, and per (task, optimizer) summaries."""
+    from holedger.analysis.gains import collect, summarize
+    from holedger.ledger.store import Ledger
+
+    cfg = settings(ctx)
+    ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    try:
+        gains = collect(ledger, task_id=task_id, include_baselines=baselines, verify=verify)
+    finally:
+        ledger.close()
+    groups = summarize(gains)
+    if as_json:
+        emit_json({"runs": [g.to_json() for g in gains], "groups": [s.to_json() for s in groups]})
+        return
+    if not gains:
+        click.echo("no scored runs (hint: 'holedger demo' scores one)")
+        return
+    rows = [
+        [
+            g.run_id[:8],
+            g.task_id,
+            g.optimizer,
+            f"{float(g.e_h_plus):.3f}",
+            f"{float(g.e_h0):.3f}",
+            "-" if g.g is None else f"{float(g.g):+.3f}",
+            f"{float(g.band):.3f}",
+            "yes" if g.above_band else "no",
+        ]
+        for g in gains
+    ]
+    out = console()
+    out.print(
+        table("runs", ["run", "task", "optimizer", "E(H+)", "E(H0)", "g", "band", "> band"], rows)
+    )
+    summary_rows = []
+    for s in groups:
+        data = s.to_json()
+        mean_g = "-" if data["mean_g"] is None else f"{data['mean_g']:+.3f}"
+        summary_rows.append(
+            [s.task_id, s.optimizer, data["runs"], mean_g, f"{data['above_band']}/{data['runs']}"]
+        )
+    out.print(
+        table(
+            "by task and optimizer", ["task", "optimizer", "runs", "mean g", "> band"], summary_rows
+        )
+    )
+
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    cli.add_command(analysis_group)

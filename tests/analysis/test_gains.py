@@ -1,0 +1,72 @@
+"""Cross-run gains come from the signed RunScored events and the budget fold."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+from click.testing import CliRunner
+from replay_protocol.runs import E_H0, RunWriter, honest_finish, honest_search, terms
+
+from holedger.analysis.gains import collect, run_gain, summarize
+from holedger.cli import cli
+from holedger.config import Settings
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+from holedger.server import rules
+
+SEED = "a" * 40
+CAND = "b" * 40
+
+
+def _scored_run(ledger: Ledger) -> RunWriter:
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    honest_finish(writer, CAND)
+    return writer
+
+
+def test_gain_equals_the_recorded_scores_and_the_budget_fold(tmp_path: Path) -> None:
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", SigningKey.generate("t"))
+    writer = _scored_run(ledger)
+    gain = run_gain(ledger, writer.run_id)
+    assert gain is not None
+    scored = [r.typed_payload() for r in ledger.records(writer.run_id) if r.type == "RunScored"]
+    assert len(scored) == 1
+    assert gain.e_h_plus == scored[0].e_h_plus  # type: ignore[attr-defined]
+    assert gain.e_h0 == E_H0
+    assert gain.g == rules.normalized_gain(gain.e_h_plus, E_H0)
+    assert gain.above_band == (gain.g is not None and gain.g > writer.terms.resolution_band)
+    budget = writer.terms.budget
+    assert gain.budget_used["dev_calls"] == Fraction(writer.used.dev.calls, budget.dev.calls)
+    assert (
+        gain.budget_used["val_case_passes"] == writer.used.val.case_passes / budget.val.case_passes
+    )
+
+
+def test_unscored_and_open_runs_are_left_out_and_groups_summarise(tmp_path: Path) -> None:
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", SigningKey.generate("t"))
+    first, second = _scored_run(ledger), _scored_run(ledger)
+    open_run = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(open_run, SEED, CAND)
+    gains = collect(ledger, verify=True)
+    assert {g.run_id for g in gains} == {first.run_id, second.run_id}
+    assert all(g.verified for g in gains)
+    (group,) = summarize(gains)
+    data = group.to_json()
+    assert data["runs"] == 2
+    assert data["mean_g"] == float(gains[0].g)  # type: ignore[arg-type]
+
+
+def test_analysis_gains_command_prints_json(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
+    ledger = Ledger.from_settings(Settings.resolve(home))
+    writer = _scored_run(ledger)
+    result = runner.invoke(cli, ["--home", str(home), "analysis", "gains", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [r["run_id"] for r in data["runs"]] == [writer.run_id]
+    assert data["groups"][0]["runs"] == 1
