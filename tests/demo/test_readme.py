@@ -177,6 +177,16 @@ def test_tour_own_task(tour: TourState) -> None:
     assert (tour.folder / "mytask" / "task.toml").read_text().count('id = "mytask"') == 1
 
 
+def test_tour_third_party_bundle(tour: TourState) -> None:
+    block = next(b for b in tour_blocks() if "holedger export" in b.body)
+    code, out = _run(tour, block)
+    assert code == 0, out[-3000:]
+    assert "VERIFIED" in out
+    assert (tour.folder / "run.hlb").stat().st_size > 0
+    statement = json.loads((tour.folder / "result.intoto.json").read_text())
+    assert "payload" in statement and statement["signatures"]
+
+
 def test_tour_blocks_are_all_covered() -> None:
     """Each shell block of the tour is run by one of the tests above."""
     bodies = [b.body for b in tour_blocks()]
@@ -186,4 +196,5 @@ def test_tour_blocks_are_all_covered() -> None:
     assert any("postgresql+psycopg" in b for b in bodies)
     assert any("sim serve" in b for b in bodies)
     assert any("pin_task" in b for b in bodies)
-    assert Path(__file__).read_text().count("def test_tour_") >= 6
+    assert any("holedger export" in b for b in bodies)
+    assert Path(__file__).read_text().count("def test_tour_") >= 7
