@@ -36,15 +36,15 @@ from pathlib import Path
 from holedger.errors import SandboxError
 from holedger.sandboxes import cgroups
 from holedger.sandboxes.common import (
+    Ending,
     TrialIO,
     etc_dir,
     leftover_observation,
-    limit_observations,
     pidns_members,
     pidns_of,
     proc_status,
     sandbox_env,
-    truncation_observations,
+    trial_result,
 )
 from holedger.sandboxes.netns import NetnsServices
 from holedger.sandboxes.runtime import Interpreter, build_runtime, host_interpreter
@@ -411,39 +411,23 @@ class _Trial:
             exit_status = code
         wall_ms = int((time.monotonic() - start) * 1000)
 
-        oom = bool(cg and cg.oom_killed())
-        pids_hit = bool(cg and cg.pids_limit_hit())
-        cpu_ms = cg.cpu_ms() if cg is not None else cpu_ms_rusage
-        stdout, out_trunc = self.io.collect(self.io.stdout_path)
-        stderr, err_trunc = self.io.collect(self.io.stderr_path)
-        obs = limit_observations(
-            timed_out=timed_out,
-            oom=oom,
-            pids_hit=pids_hit,
-            wall_s=self.limits.wall_s,
-            memory_mb=self.limits.memory_mb,
-            pids=self.limits.pids,
-            exit_status=exit_status,
-            cpu_s=self.limits.cpu_time_s,
-        )
-        if flooded:
-            obs.append(Observation("output_truncated", "output flood; trial stopped"))
-        obs += truncation_observations(out_trunc, err_trunc, self.limits.output_bytes)
-        self.observations += obs
-        return SandboxResult(
+        ending = Ending(
             exit_status=exit_status,
             timed_out=timed_out,
-            oom=oom,
-            stdout=stdout,
-            stderr=stderr,
-            stdout_truncated=out_trunc,
-            stderr_truncated=err_trunc,
+            oom=bool(cg and cg.oom_killed()),
+            pids_hit=bool(cg and cg.pids_limit_hit()),
+            flooded=flooded,
             wall_ms=wall_ms,
-            cpu_ms=cpu_ms,
+            cpu_ms=cg.cpu_ms() if cg is not None else cpu_ms_rusage,
+        )
+        return trial_result(
+            self.io,
+            self.limits,
+            ending,
+            self.observations,
             backend="bwrap",
             isolation="isolated",
             limits_by=cg.mode if cg is not None else "rlimit",
-            observations=self.observations,
         )
 
     def _wait_status(

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from holedger.sandboxes.runtime import cache_root
 from holedger.sandboxes.spec import (
@@ -15,6 +16,7 @@ from holedger.sandboxes.spec import (
     SANDBOX_PATH,
     Limits,
     Observation,
+    SandboxResult,
     SandboxSpec,
 )
 
@@ -178,3 +180,62 @@ def truncation_observations(out_trunc: bool, err_trunc: bool, cap: int) -> list[
     if not streams:
         return []
     return [Observation("output_truncated", f"{' and '.join(streams)} cut at {cap} bytes")]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a trial ended, as a backend observed it; :func:`trial_result` does the rest."""
+
+    exit_status: int | None
+    timed_out: bool
+    oom: bool
+    pids_hit: bool
+    flooded: bool
+    wall_ms: int
+    cpu_ms: int | None
+
+
+def trial_result(
+    io: TrialIO,
+    limits: Limits,
+    ending: Ending,
+    observations: list[Observation],
+    *,
+    backend: str,
+    isolation: Literal["isolated", "none"],
+    limits_by: str,
+) -> SandboxResult:
+    """Collect the capped output and derive the limit observations; the one result shape.
+
+    ``observations`` (what the backend saw during the run) is extended in place.
+    """
+    stdout, out_trunc = io.collect(io.stdout_path)
+    stderr, err_trunc = io.collect(io.stderr_path)
+    observations += limit_observations(
+        timed_out=ending.timed_out,
+        oom=ending.oom,
+        pids_hit=ending.pids_hit,
+        wall_s=limits.wall_s,
+        memory_mb=limits.memory_mb,
+        pids=limits.pids,
+        exit_status=ending.exit_status,
+        cpu_s=limits.cpu_time_s,
+    )
+    if ending.flooded:
+        observations.append(Observation("output_truncated", "output flood; trial stopped"))
+    observations += truncation_observations(out_trunc, err_trunc, limits.output_bytes)
+    return SandboxResult(
+        exit_status=ending.exit_status,
+        timed_out=ending.timed_out,
+        oom=ending.oom,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=out_trunc,
+        stderr_truncated=err_trunc,
+        wall_ms=ending.wall_ms,
+        cpu_ms=ending.cpu_ms,
+        backend=backend,
+        isolation=isolation,
+        limits_by=limits_by,
+        observations=observations,
+    )

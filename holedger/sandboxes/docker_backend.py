@@ -36,13 +36,13 @@ from typing import Any
 from holedger.errors import SandboxError
 from holedger.sandboxes.cgroups import TrialCgroup
 from holedger.sandboxes.common import (
+    Ending,
     TrialIO,
     leftover_observation,
-    limit_observations,
     pidns_members,
     pidns_of,
     sandbox_env,
-    truncation_observations,
+    trial_result,
 )
 from holedger.sandboxes.image import ENTRY_PATH, IMAGE, IN_DIR, OUT_DIR, image_key
 from holedger.sandboxes.netns import NetnsServices
@@ -359,37 +359,27 @@ class DockerBackend:
                     with contextlib.suppress(Exception):
                         self.client.api.remove_container(container, force=True)
         wall_ms = int((time.monotonic() - start) * 1000)
-        stdout, out_trunc = io.collect(io.stdout_path)
-        stderr, err_trunc = io.collect(io.stderr_path)
-        io.cleanup()
-        observations += limit_observations(
-            timed_out=timed_out,
-            oom=oom,
-            pids_hit=pids_hit,
-            wall_s=lim.wall_s,
-            memory_mb=lim.memory_mb,
-            pids=lim.pids,
-            exit_status=exit_status,
-            cpu_s=lim.cpu_time_s,
-        )
-        if flooded:
-            observations.append(Observation("output_truncated", "output flood; trial stopped"))
-        observations += truncation_observations(out_trunc, err_trunc, lim.output_bytes)
-        return SandboxResult(
+        ending = Ending(
             exit_status=None if timed_out or flooded else exit_status,
             timed_out=timed_out,
             oom=oom,
-            stdout=stdout,
-            stderr=stderr,
-            stdout_truncated=out_trunc,
-            stderr_truncated=err_trunc,
+            pids_hit=pids_hit,
+            flooded=flooded,
             wall_ms=wall_ms,
             cpu_ms=cpu_ms,
-            backend="docker",
-            isolation="isolated",
-            limits_by="docker",
-            observations=observations,
         )
+        try:
+            return trial_result(
+                io,
+                lim,
+                ending,
+                observations,
+                backend="docker",
+                isolation="isolated",
+                limits_by="docker",
+            )
+        finally:
+            io.cleanup()
 
     def _start(self, kwargs: dict[str, Any]) -> str:
         """Create and start the container with the low-level API (fewer round trips)."""

@@ -26,11 +26,11 @@ from pathlib import Path
 from holedger.errors import SandboxError
 from holedger.sandboxes import cgroups
 from holedger.sandboxes.common import (
+    Ending,
     TrialIO,
     leftover_observation,
-    limit_observations,
     sandbox_env,
-    truncation_observations,
+    trial_result,
 )
 from holedger.sandboxes.netns import NetnsServices, host_relays
 from holedger.sandboxes.runtime import Interpreter, build_runtime, host_interpreter
@@ -135,38 +135,23 @@ class ProcessBackend:
             exit_status = (
                 None if timed_out or flooded or code is None else (128 - code if code < 0 else code)
             )
-            oom = bool(cg and cg.oom_killed())
-            pids_hit = bool(cg and cg.pids_limit_hit())
-            cpu_ms = cg.cpu_ms() if cg is not None else None
-            stdout, out_trunc = io.collect(io.stdout_path)
-            stderr, err_trunc = io.collect(io.stderr_path)
-            observations += limit_observations(
-                timed_out=timed_out,
-                oom=oom,
-                pids_hit=pids_hit,
-                wall_s=limits.wall_s,
-                memory_mb=limits.memory_mb,
-                pids=limits.pids,
-                exit_status=exit_status,
-                cpu_s=limits.cpu_time_s,
-            )
-            if flooded:
-                observations.append(Observation("output_truncated", "output flood; stopped"))
-            observations += truncation_observations(out_trunc, err_trunc, limits.output_bytes)
-            return SandboxResult(
+            ending = Ending(
                 exit_status=exit_status,
                 timed_out=timed_out,
-                oom=oom,
-                stdout=stdout,
-                stderr=stderr,
-                stdout_truncated=out_trunc,
-                stderr_truncated=err_trunc,
+                oom=bool(cg and cg.oom_killed()),
+                pids_hit=bool(cg and cg.pids_limit_hit()),
+                flooded=flooded,
                 wall_ms=int((time.monotonic() - start) * 1000),
-                cpu_ms=cpu_ms,
+                cpu_ms=cg.cpu_ms() if cg is not None else None,
+            )
+            return trial_result(
+                io,
+                limits,
+                ending,
+                observations,
                 backend="process",
                 isolation="none",
                 limits_by=cg.mode if cg is not None else "rlimit",
-                observations=observations,
             )
         finally:
             if services is not None:
