@@ -35,11 +35,14 @@ from holedger.errors import ConfigError, UsageError
 ALG_ED25519 = 0x01
 
 
-def key_id_bytes(name: str, public_key: bytes) -> bytes:
-    """The C2SP signed-note key id (4 bytes) of an Ed25519 key."""
+def key_id_bytes(name: str, public_key: bytes, alg: int = ALG_ED25519) -> bytes:
+    """The C2SP signed-note key id (4 bytes): SHA-256(name || 0x0A || alg || key)[:4].
+
+    ``alg`` is 0x01 for an Ed25519 note key, 0x04 for a tlog-cosignature v1 witness key.
+    """
     if len(public_key) != 32:
         raise UsageError("an Ed25519 public key is 32 bytes")
-    return hashlib.sha256(name.encode() + b"\n" + bytes([ALG_ED25519]) + public_key).digest()[:4]
+    return hashlib.sha256(name.encode() + b"\n" + bytes([alg]) + public_key).digest()[:4]
 
 
 def check_key_name(name: str) -> str:

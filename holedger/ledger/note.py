@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from holedger.errors import UsageError, VerificationError
-from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey
+from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes
 
 EM_DASH = "\u2014"
 MAX_NOTE_BYTES = 1 << 20
@@ -156,9 +155,7 @@ class Ed25519NoteVerifier:
 
 def cosigner_key_id(name: str, public_key: bytes) -> bytes:
     """The tlog-cosignature v1 key id: SHA-256(name || 0x0A || 0x04 || pk)[:4]."""
-    return hashlib.sha256(
-        name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key
-    ).digest()[:4]
+    return key_id_bytes(name, public_key, ALG_COSIGNATURE_V1)
 
 
 def cosignature_message(timestamp: int, checkpoint_text: str) -> bytes:
