@@ -8,43 +8,20 @@ when the server is unreachable.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pgdb import fresh_database
 
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-
-PG_ADMIN_URL = os.environ.get(
-    "HOLEDGER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-
-
-def _pg_conninfo(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for this session (dropped afterwards)."""
-    try:
-        import psycopg
-
-        admin = psycopg.connect(_pg_conninfo(PG_ADMIN_URL), autocommit=True, connect_timeout=3)
-    except Exception as exc:  # the server is down or refuses us: skip, saying why
-        pytest.skip(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
-    name = f"holedger_ledger_{uuid.uuid4().hex[:12]}"
-    with admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(_pg_conninfo(PG_ADMIN_URL), autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from fresh_database("holedger_ledger")
 
 
 @pytest.fixture(scope="session")

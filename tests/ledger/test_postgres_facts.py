@@ -17,9 +17,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from click.testing import CliRunner
+from pgdb import fresh_database
 from sqlalchemy import text
 
 from holedger.cli import cli
@@ -28,7 +28,6 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 
-from .conftest import PG_ADMIN_URL, _pg_conninfo
 from .recorded_run import open_run
 from .workers import KEY_NAME, gateway_call, open_writer
 
@@ -38,14 +37,7 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture()
 def empty_db(pg_url: str) -> Iterator[str]:
     """A brand-new, empty database (the session one already has tables)."""
-    name = f"holedger_empty_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_pg_conninfo(PG_ADMIN_URL), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(_pg_conninfo(PG_ADMIN_URL), autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from fresh_database("holedger_empty")
 
 
 def _open_and_append(url: str, seed: bytes, run_id: str, tag: str) -> None:
