@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
-from holedger.ledger.store import Ledger
+if TYPE_CHECKING:
+    from holedger.ledger.store import Ledger
+
 from holedger.output import console, emit_json, settings, table
 
 
 def open_ledger(ctx: click.Context) -> Ledger:
     """The home's ledger, signed with the home's key."""
+    from holedger.ledger.store import Ledger
+
     return Ledger.from_settings(settings(ctx))
 
 
@@ -28,6 +33,8 @@ def open_ledger(ctx: click.Context) -> Ledger:
 def init_cmd(ctx: click.Context, key_name: str, as_json: bool) -> None:
     """Create the home: the operator key (mode 0600) and the ledger."""
     cfg = settings(ctx)
+    from holedger.ledger.store import Ledger
+
     key, created = Ledger.init_home(cfg, key_name)
     data = {
         "home": str(cfg.home),
