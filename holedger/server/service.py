@@ -252,8 +252,7 @@ class RunService:
                     self.ledger.append_many(run_id, list(items), expected_seq=state.next_seq)
                     return result
                 except LedgerConflictError:
-                    _forget_head(self.ledger, run_id)
-                    continue
+                    continue  # another writer won; the ledger re-reads the run next time
         raise LedgerConflictError(f"run {run_id} is too busy to decide", hint="try again")
 
     def _run_lock(self, run_id: str) -> threading.Lock:
@@ -267,7 +266,7 @@ class RunService:
                 self.ledger.append_many(run_id, list(items))
                 return
             except LedgerConflictError:
-                _forget_head(self.ledger, run_id)
+                continue
         raise LedgerConflictError(f"run {run_id} is too busy to append", hint="try again")
 
     # ------------------------------------------------------------------ open
@@ -581,7 +580,7 @@ class RunService:
                 self.ledger.close_run(run_id, "completed", summary)
                 break
             except LedgerConflictError:
-                _forget_head(self.ledger, run_id)
+                continue
         return result
 
     # ------------------------------------------------------------------ baseline
@@ -753,19 +752,6 @@ def _per_case_digest(per_case: dict[str, list[Fraction]]) -> str:
         for c, scores in per_case.items()
     ]
     return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-def _forget_head(ledger: Ledger, run_id: str) -> None:
-    """Drop the ledger's cached stream head after a lost race, so the retry re-reads it.
-
-    The store keeps a per-process head cache; when another process appended first, the
-    cache is stale and must be re-read before the next attempt.
-    """
-    heads = getattr(ledger, "_heads", None)
-    lock = getattr(ledger, "_lock", None)
-    if isinstance(heads, dict) and lock is not None:
-        with lock:
-            heads.pop(run_id, None)
 
 
 @contextlib.contextmanager
