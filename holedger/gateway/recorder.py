@@ -8,7 +8,6 @@ stops forwarding (it fails closed) until the writer recovers.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import queue
 import threading
@@ -16,14 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from holedger.errors import LedgerConflictError
-from holedger.ledger.store import Ledger, blobs_table
+from holedger.ledger.store import Ledger
 from holedger.schemas.types import Role
 
 log = logging.getLogger("holedger.gateway")
@@ -133,25 +129,9 @@ class EventWriter:
             by_run.setdefault(item.run_id, []).extend(item.events)
             blobs.extend(item.blobs)
         if blobs:
-            self._retrying(partial(self._put_blobs, list(dict.fromkeys(blobs))))
+            self._retrying(partial(self.ledger.put_blobs, list(dict.fromkeys(blobs))))
         for run_id, events in by_run.items():
             self._retrying(partial(self.ledger.append_many, run_id, events))
-
-    def _put_blobs(self, blobs: list[bytes]) -> None:
-        """Store a batch of blobs in one transaction (the ledger's content-addressed table);
-        other databases than SQLite and PostgreSQL go one by one through the ledger."""
-        engine = self.ledger.app.engine
-        rows = [{"digest": hashlib.sha256(b).hexdigest(), "size": len(b), "data": b} for b in blobs]
-        if engine.dialect.name == "sqlite":
-            stmt: Any = sqlite_insert(blobs_table).on_conflict_do_nothing()
-        elif engine.dialect.name == "postgresql":
-            stmt = pg_insert(blobs_table).on_conflict_do_nothing()
-        else:
-            for blob in blobs:
-                self.ledger.put_blob(blob)
-            return
-        with engine.begin() as conn:
-            conn.execute(stmt, rows)
 
     def _retrying(self, action: Callable[[], object]) -> None:
         """Run ``action`` until it succeeds: audit events are never dropped. While it

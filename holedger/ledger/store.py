@@ -17,6 +17,7 @@ database, so one URL is the whole ledger.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import uuid
@@ -48,6 +49,8 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.exc import OperationalError as SAOperationalError
@@ -666,17 +669,33 @@ class Ledger:
 
     def put_blob(self, data: bytes) -> str:
         """Store ``data`` under its SHA-256 (hex); idempotent."""
-        if len(data) > MAX_BLOB_BYTES:
-            raise UsageError(f"blob of {len(data)} bytes is over the {MAX_BLOB_BYTES} byte cap")
-        digest = hashlib.sha256(data).hexdigest()
-        if self.has_blob(digest):
-            return digest
-        try:
-            with self.app.engine.begin() as conn:
-                conn.execute(blobs_table.insert().values(digest=digest, size=len(data), data=data))
-        except SAIntegrityError:
-            pass  # another writer stored the same content first
-        return digest
+        return self.put_blobs([data])[0]
+
+    def put_blobs(self, blobs: Sequence[bytes]) -> list[str]:
+        """Store many blobs in one transaction; idempotent; returns their digests in order."""
+        for data in blobs:
+            if len(data) > MAX_BLOB_BYTES:
+                raise UsageError(f"blob of {len(data)} bytes is over the {MAX_BLOB_BYTES} byte cap")
+        digests = [hashlib.sha256(data).hexdigest() for data in blobs]
+        rows = {
+            d: {"digest": d, "size": len(b), "data": b} for d, b in zip(digests, blobs, strict=True)
+        }
+        if not rows:
+            return digests
+        engine = self.app.engine
+        if engine.dialect.name == "sqlite":
+            stmt: Any = sqlite_insert(blobs_table).on_conflict_do_nothing()
+        elif engine.dialect.name == "postgresql":
+            stmt = pg_insert(blobs_table).on_conflict_do_nothing()
+        else:
+            for digest, row in rows.items():
+                if not self.has_blob(digest):
+                    with contextlib.suppress(SAIntegrityError), engine.begin() as conn:
+                        conn.execute(blobs_table.insert().values(**row))
+            return digests
+        with engine.begin() as conn:
+            conn.execute(stmt, list(rows.values()))
+        return digests
 
     def get_blob(self, digest: str) -> bytes:
         with self.app.engine.connect() as conn:
