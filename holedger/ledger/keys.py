@@ -16,6 +16,7 @@ import binascii
 import hashlib
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -60,11 +61,11 @@ class PublicKey:
     name: str
     raw: bytes
 
-    @property
+    @cached_property
     def key_id(self) -> bytes:
         return key_id_bytes(self.name, self.raw)
 
-    @property
+    @cached_property
     def key_id_hex(self) -> str:
         return self.key_id.hex()
 
@@ -79,10 +80,14 @@ class PublicKey:
 
     def verify(self, signature: bytes, message: bytes) -> bool:
         try:
-            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+            self._verifier.verify(signature, message)
         except (InvalidSignature, ValueError):
             return False
         return True
+
+    @cached_property
+    def _verifier(self) -> Ed25519PublicKey:
+        return Ed25519PublicKey.from_public_bytes(self.raw)
 
     def verifier(self) -> Ed25519PublicKey:
         return Ed25519PublicKey.from_public_bytes(self.raw)

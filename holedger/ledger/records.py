@@ -16,14 +16,16 @@ import base64
 import binascii
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json, to_json
 
 from holedger.errors import CanonicalError, SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey, SigningKey
+from holedger.schemas.canonical import MAX_DEPTH as _MAX_DEPTH
 from holedger.schemas.canonical import canonical_json, parse_canonical
 from holedger.schemas.events import (
     EVENT_TYPES,
@@ -40,7 +42,7 @@ ENVELOPE_FIELDS = frozenset(EventEnvelope.model_fields)
 
 def utc_now() -> str:
     """The envelope's time format: UTC, microseconds, a literal Z."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def payload_dict(event_type: str, payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
@@ -66,43 +68,50 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {err['msg']}" if loc else str(err["msg"])
 
 
-@dataclass(frozen=True)
 class Record:
-    """One stored, signed event: its record bytes and what is derived from them."""
+    """One stored, signed event: its record bytes and what is derived from them.
 
-    raw: bytes
-    signed: bytes
-    envelope: dict[str, Any]
-    signature: bytes
+    The envelope members are also kept as attributes, read once at parse time: replay
+    touches them for every event.
+    """
 
-    @property
-    def run_id(self) -> str:
-        return str(self.envelope["run_id"])
+    __slots__ = (
+        "envelope",
+        "key_id",
+        "payload",
+        "prev_hash",
+        "raw",
+        "role",
+        "run_id",
+        "seq",
+        "signature",
+        "signed",
+        "type",
+    )
 
-    @property
-    def seq(self) -> int:
-        return int(self.envelope["seq"])
+    def __init__(
+        self, raw: bytes, signed: bytes, envelope: dict[str, Any], signature: bytes
+    ) -> None:
+        self.raw = raw
+        self.signed = signed
+        self.envelope = envelope
+        self.signature = signature
+        self.run_id: str = str(envelope["run_id"])
+        self.seq: int = int(envelope["seq"])
+        self.type: str = str(envelope["type"])
+        self.role: str = str(envelope["role"])
+        self.key_id: str = str(envelope["key_id"])
+        self.prev_hash: str = str(envelope["prev_hash"])
+        self.payload: dict[str, Any] = envelope["payload"]
 
-    @property
-    def type(self) -> str:
-        return str(self.envelope["type"])
+    def __repr__(self) -> str:
+        return f"Record(run_id={self.run_id!r}, seq={self.seq}, type={self.type!r})"
 
-    @property
-    def role(self) -> str:
-        return str(self.envelope["role"])
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and other.raw == self.raw
 
-    @property
-    def key_id(self) -> str:
-        return str(self.envelope["key_id"])
-
-    @property
-    def prev_hash(self) -> str:
-        return str(self.envelope["prev_hash"])
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = self.envelope["payload"]
-        return payload
+    def __hash__(self) -> int:
+        return hash(self.raw)
 
     @property
     def event_hash(self) -> str:
@@ -182,6 +191,14 @@ def parse_record(raw: bytes) -> Record:
     Raises VerificationError naming what is wrong. The signature is *not* checked here
     (the verifier must choose the key by role from RunOpened); see ``Record.verify_signature``.
     """
+    fast = _parse_fast(raw)
+    if fast is not None:
+        return fast
+    return _parse_strict(raw)
+
+
+def _parse_strict(raw: bytes) -> Record:
+    """The reference parser: strict JSON, re-encoded and compared; names every problem."""
     try:
         obj = parse_canonical(raw)
     except CanonicalError as exc:
@@ -256,3 +273,100 @@ def envelope_problem(obj: dict[str, Any]) -> str | None:
     if not isinstance(obj["payload"], dict):
         return "payload: not an object"
     return None
+
+
+# ------------------------------------------------------------------ the fast path
+#
+# A canonical record has a fixed layout: its members sorted, "key_id" first, then
+# "payload", then members whose values come from small alphabets that need no escaping:
+#
+#   {"key_id":"<8 hex>","payload":<P>,"prev_hash":"<64 hex>","role":"<role>",
+#    "run_id":"<uuid4>","schema_version":<int>,"seq":<int>,"sig":"<base64>",
+#    "time":"<time>","type":"<name>"}
+#
+# So the record is canonical exactly when P is the canonical JSON of an object. The fast
+# path matches the envelope's bytes with two patterns, parses P with pydantic-core's JSON
+# parser, and checks P canonical by re-encoding it (member order as parsed) and comparing
+# bytes, plus a walk for what a byte comparison cannot see: member names out of order,
+# floats, integers beyond 2**53 - 1. Anything it does not accept goes to the strict
+# parser, which accepts or refuses it with a precise reason; the fast path only ever
+# accepts records the strict parser accepts too (tests/ledger/test_fast_parse.py).
+
+_HEAD = re.compile(rb'\{"key_id":"([0-9a-f]{8})","payload":\{')
+_PAYLOAD_AT = len(b'{"key_id":"00000000","payload":')
+_TAIL_AT = b',"prev_hash":"'
+_TAIL = re.compile(
+    rb',"prev_hash":"([0-9a-f]{64})","role":"(' + "|".join(ROLES).encode() + rb')",'
+    rb'"run_id":"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})",'
+    rb'"schema_version":(0|[1-9][0-9]{0,14}),"seq":(0|[1-9][0-9]{0,14}),'
+    rb'"sig":"([A-Za-z0-9+/]{85}[AQgw]==)",'
+    rb'"time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)",'
+    rb'"type":"([A-Za-z][A-Za-z0-9]{0,63})"\}'
+)
+_SIG_GROUP = 6
+_MAX_INT = 2**53 - 1
+
+
+def _parse_fast(raw: bytes) -> Record | None:
+    head = _HEAD.match(raw)
+    if head is None:
+        return None
+    at = raw.rfind(_TAIL_AT)
+    tail = _TAIL.fullmatch(raw, at) if at > _PAYLOAD_AT else None
+    if tail is None:
+        return None
+    payload_bytes = raw[_PAYLOAD_AT:at]
+    try:
+        payload = from_json(payload_bytes, allow_inf_nan=False, cache_strings="keys")
+    except ValueError:
+        return None
+    if type(payload) is not dict or not _plain_object(payload, 1):
+        return None
+    if to_json(payload) != payload_bytes:
+        return None
+    prev_hash, role, run_id, version, seq, sig, time, etype = tail.groups()
+    envelope = {
+        "key_id": head[1].decode(),
+        "payload": payload,
+        "prev_hash": prev_hash.decode(),
+        "role": role.decode(),
+        "run_id": run_id.decode(),
+        "schema_version": int(version),
+        "seq": int(seq),
+        "time": time.decode(),
+        "type": etype.decode(),
+    }
+    cut = tail.start(_SIG_GROUP) - len(_SIG_MEMBER)
+    signed = raw[:cut] + raw[tail.end(_SIG_GROUP) + 1 :]
+    return Record(raw, signed, envelope, binascii.a2b_base64(sig))
+
+
+def _plain_object(obj: dict[str, Any], depth: int) -> bool:
+    """Member names in code-point order, and no float or inexact integer, all the way down."""
+    if depth > _MAX_DEPTH:
+        return False
+    names = list(obj)
+    if names != sorted(names):
+        return False
+    return _plain_values(obj.values(), depth)
+
+
+def _plain_values(values: Iterable[Any], depth: int) -> bool:
+    for value in values:
+        kind = type(value)
+        if kind is str or kind is bool or value is None:
+            continue
+        if kind is int:
+            if -_MAX_INT <= value <= _MAX_INT:
+                continue
+            return False
+        if kind is dict:
+            if _plain_object(value, depth + 1):
+                continue
+            return False
+        if kind is list:
+            if depth < _MAX_DEPTH and _plain_values(value, depth + 1):
+                continue
+            return False
+        return False
+    return True

@@ -565,25 +565,36 @@ class Ledger:
             version = batch[-1].originator_version
 
     def raw_records(self, run_id: str) -> Iterator[tuple[int, bytes]]:
-        """(stream version, record bytes) in order, read in batches with plain SQL."""
+        """(stream version, record bytes) in order, read in batches with plain SQL.
+
+        Straight through the database driver's cursor: replay reads every record once,
+        and a result-row layer would cost more than parsing the record.
+        """
         rid = run_uuid(run_id)
         table = self.app.events_table
         engine = self.app.engine
-        sql = text(
+        sqlite = engine.dialect.name == "sqlite"
+        mark = "?" if sqlite else "%s"
+        sql = (
             f"SELECT originator_version, state FROM {table} "
-            "WHERE originator_id = :rid AND originator_version > :v "
-            "ORDER BY originator_version LIMIT :n"
+            f"WHERE originator_id = {mark} AND originator_version > {mark} "
+            f"ORDER BY originator_version LIMIT {mark}"
         )
+        rid_param: Any = rid.bytes if sqlite else rid
         version = 0
-        rid_param: Any = rid.bytes if engine.dialect.name == "sqlite" else rid
         while True:
             with engine.connect() as conn:
-                rows = conn.execute(sql, {"rid": rid_param, "v": version, "n": READ_BATCH * 2})
-                batch = [(int(v), bytes(s)) for v, s in rows]
-            if not batch:
+                cursor = conn.connection.cursor()
+                try:
+                    cursor.execute(sql, (rid_param, version, READ_BATCH * 2))
+                    rows = cursor.fetchall()
+                finally:
+                    cursor.close()
+            if not rows:
                 return
-            yield from batch
-            version = batch[-1][0]
+            for row in rows:
+                yield row[0], bytes(row[1])
+            version = rows[-1][0]
 
     def has_run(self, run_id: str) -> bool:
         rid = run_uuid(run_id)

@@ -106,7 +106,8 @@ class _Verifier:
         self.expected_seq = 0
         self.prev_hash = ZERO_HASH
         self.role_keys: dict[str, PublicKey] = {}
-        self.role_verifiers: dict[str, Ed25519PublicKey] = {}
+        # role -> (key id, raw public key, verifier), built on first use
+        self.role_state: dict[str, tuple[str, bytes, Ed25519PublicKey]] = {}
 
         self.projections: list[Projection] = []
         self.opened: RunOpened | None = None
@@ -225,25 +226,28 @@ class _Verifier:
                 + " (pin with --trusted-key)",
             )
         self.role_keys = declared
+        self.role_state = {}
         ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
         self.projections = [factory(ctx) for factory in self.factories]
 
     def _check_signature(self, rec: Record, checked: tuple[bytes, bool] | None = None) -> None:
-        key = self.role_keys.get(rec.role)
-        if key is None:
-            self._broken(rec.seq, rec.type, f"no key declared for role {rec.role}", "signatures")
-            return
-        if rec.key_id != key.key_id_hex:
+        role = rec.role
+        state = self.role_state.get(role)
+        if state is None:
+            key = self.role_keys.get(role)
+            if key is None:
+                self._broken(rec.seq, rec.type, f"no key declared for role {role}", "signatures")
+                return
+            state = self.role_state[role] = (key.key_id_hex, key.raw, key.verifier())
+        key_id, raw_key, verifier = state
+        if rec.key_id != key_id:
             self._broken(
-                rec.seq, rec.type, f"signed by key {rec.key_id}, not {rec.role}'s", "signatures"
+                rec.seq, rec.type, f"signed by key {rec.key_id}, not {role}'s", "signatures"
             )
             return
-        if checked is not None and checked[0] == key.raw:
+        if checked is not None and checked[0] == raw_key:
             valid = checked[1]
         else:
-            verifier = self.role_verifiers.get(rec.role)
-            if verifier is None:
-                verifier = self.role_verifiers[rec.role] = key.verifier()
             try:
                 verifier.verify(rec.signature, rec.signed)
                 valid = True
@@ -380,8 +384,9 @@ def verify_records(
 
         feed_in_parallel(verifier, records, workers)
     else:
-        for raw in records:
-            verifier.feed(raw)
+        from holedger.replay.parallel import feed_in_chunks
+
+        feed_in_chunks(verifier, records)
     verifier.finish()
     return out.build(run_id, verifier.events)
 

@@ -1,0 +1,202 @@
+"""The fast record parser never accepts what the strict parser refuses, and agrees on the rest.
+
+``parse_record`` tries a fast path first (fixed envelope layout, pydantic-core's JSON
+parser) and falls back to the strict reference parser. These tests drive both with
+canonical records, hand-made near misses and random mutations, and require: whenever the
+fast path accepts, the strict parser accepts too and yields the same envelope, signed
+bytes and signature; and canonical records do take the fast path.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from holedger.errors import VerificationError
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.records import (
+    Record,
+    _parse_fast,
+    _parse_strict,
+    parse_record,
+    sign_event,
+)
+from holedger.schemas.canonical import MAX_SAFE_INTEGER
+
+KEY = SigningKey.from_seed("fast-parse-test", bytes(range(32)))
+RUN = "5cc5c15a-c7bd-4381-be43-6f071cd22836"
+
+
+def make(payload: dict[str, Any], **env: Any) -> Record:
+    return sign_event(
+        KEY,
+        run_id=env.get("run_id", RUN),
+        seq=env.get("seq", 7),
+        event_type=env.get("event_type", "GatewayCall"),
+        role=env.get("role", "gateway"),
+        prev_hash=env.get("prev_hash", "ab" * 32),
+        payload=payload,
+        time="2026-12-01T02:27:05.768341Z",
+    )
+
+
+def agree(raw: bytes) -> Record | None:
+    """Run both parsers; return the fast result, failing if it accepts more or differs."""
+    fast = _parse_fast(raw)
+    try:
+        strict: Record | None = _parse_strict(raw)
+    except VerificationError:
+        strict = None
+    if fast is not None:
+        assert strict is not None, f"fast path accepted a record the strict parser refuses: {raw!r}"
+        assert fast.envelope == strict.envelope
+        assert type(fast.envelope["seq"]) is int
+        assert fast.signed == strict.signed
+        assert fast.signature == strict.signature
+    if strict is None:
+        with pytest.raises(VerificationError):
+            parse_record(raw)
+    else:
+        assert parse_record(raw).envelope == strict.envelope
+    return fast
+
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6))
+def test_canonical_records_take_the_fast_path_and_agree(payload: dict[str, Any]) -> None:
+    try:
+        rec = make(payload)
+    except Exception:
+        return  # floats, big integers, lone surrogates: refused at signing, nothing to parse
+    assert agree(rec.raw) is not None, f"canonical record missed the fast path: {rec.raw!r}"
+
+
+def test_typical_events_take_the_fast_path() -> None:
+    rec = make({"call_id": "c-1", "tokens": {"input": 3, "output": 2}, "note": "é\n\t\"\\ \x01"})
+    fast = agree(rec.raw)
+    assert fast is not None and fast.payload["note"] == "é\n\t\"\\ \x01"
+    for role in ("server", "gateway", "sandbox"):
+        assert agree(make({}, role=role, seq=0, event_type="RunOpened").raw) is not None
+
+
+def _swap(raw: bytes, old: bytes, new: bytes) -> bytes:
+    assert old in raw, old
+    return raw.replace(old, new, 1)
+
+
+NEAR_MISSES: list[tuple[str, bytes, bytes]] = [
+    ("whitespace after colon", b'"a":1', b'"a": 1'),
+    ("members out of order", b'"a":1,"b":2', b'"b":2,"a":1'),
+    ("duplicate member", b'"a":1,"b":2', b'"a":1,"a":1,"b":2'),
+    ("float", b'"a":1', b'"a":1.0'),
+    ("exponent", b'"a":1', b'"a":1e2'),
+    ("negative zero", b'"a":1', b'"a":-0'),
+    ("leading zero", b'"a":1', b'"a":01'),
+    ("huge integer", b'"a":1', b'"a":9007199254740993'),
+    ("NaN", b'"a":1', b'"a":NaN'),
+    ("Infinity", b'"a":1', b'"a":Infinity'),
+    ("escaped slash", b'"s":"x/y"', b'"s":"x\\/y"'),
+    ("escaped non-ASCII", b'"s":"x/y"', b'"s":"x\\u00e9y"'),
+    ("upper-case escape", b'"s":"x/y"', b'"s":"x\\u001Fy"'),
+    ("long escape for newline", b'"s":"x/y"', b'"s":"x\\u000ay"'),
+    ("lone surrogate", b'"s":"x/y"', b'"s":"x\\ud800y"'),
+    ("invalid UTF-8", b'"s":"x/y"', b'"s":"x\xffy"'),
+    ("trailing garbage", b'"type":"GatewayCall"}', b'"type":"GatewayCall"} '),
+    ("true spelled oddly", b'"t":true', b'"t":True'),
+]
+
+
+@pytest.mark.parametrize(("name", "old", "new"), NEAR_MISSES, ids=[n for n, _, _ in NEAR_MISSES])
+def test_near_misses_are_refused_by_both(name: str, old: bytes, new: bytes) -> None:
+    rec = make({"a": 1, "b": 2, "s": "x/y", "t": True})
+    assert agree(rec.raw) is not None
+    mutated = _swap(rec.raw, old, new)
+    assert agree(mutated) is None, name
+    with pytest.raises(VerificationError):
+        parse_record(mutated)
+
+
+def test_envelope_members_are_checked_on_the_fast_path() -> None:
+    rec = make({"a": 1})
+    cases = [
+        _swap(rec.raw, b'"seq":7', b'"seq":07'),
+        _swap(rec.raw, b'"seq":7', b'"seq":-7'),
+        _swap(rec.raw, b'"role":"gateway"', b'"role":"optimizer"'),
+        _swap(rec.raw, b'"schema_version":1', b'"schema_version":"1"'),
+        _swap(rec.raw, b'"time":"2026-12-01T02:27:05.768341Z"', b'"time":"2026-12-01 02:27:05Z"'),
+        _swap(rec.raw, RUN.encode(), RUN.upper().encode()),
+        rec.raw.replace(b',"sig":"', b',"sig":"A', 1),
+    ]
+    for raw in cases:
+        assert agree(raw) is None
+
+
+def test_nested_members_named_like_the_envelope_do_not_confuse_it() -> None:
+    tricky = {
+        "inner": {"prev_hash": "cd" * 32, "role": "server", "sig": "x", "type": "RunClosed"},
+        "text": ',"prev_hash":"' + "ef" * 32 + '","role":"server"',
+    }
+    rec = make(tricky)
+    fast = agree(rec.raw)
+    assert fast is not None
+    assert fast.prev_hash == "ab" * 32 and fast.role == "gateway" and fast.type == "GatewayCall"
+    assert fast.payload == tricky
+
+
+def test_non_canonical_signature_encoding_is_left_to_the_strict_parser() -> None:
+    rec = make({"a": 1})
+    sig = base64.b64encode(rec.signature)
+    last = sig[85:86]
+    other = bytes([ord(last) + 1]) if last not in b"/9Z" else b"B"
+    mutated = rec.raw.replace(sig, sig[:85] + other + sig[86:])
+    assert _parse_fast(mutated) is None
+    agree(mutated)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_mutations_never_widen_acceptance(seed: int) -> None:
+    rng = random.Random(seed)
+    base = make({"n": 12, "s": "a\\b\"c", "l": [1, "x", None, {"k": False}], "d": {"z": 0}}).raw
+    alphabet = b'{}[]",:0123456789.eE-+ \\/abtrufnl\x00\xc3\xa9'
+    accepted = 0
+    for _ in range(1500):
+        raw = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(raw))
+            op = rng.random()
+            if op < 0.4:
+                raw[at] = rng.choice(alphabet)
+            elif op < 0.7:
+                raw.insert(at, rng.choice(alphabet))
+            else:
+                del raw[at]
+        if agree(bytes(raw)) is not None:
+            accepted += 1
+    # Most mutations break the record; the few accepted ones were checked by agree().
+    assert accepted < 1500
+
+
+def test_integer_bounds() -> None:
+    ok = make({"a": MAX_SAFE_INTEGER, "b": -MAX_SAFE_INTEGER})
+    assert agree(ok.raw) is not None
+    big = _swap(ok.raw, str(MAX_SAFE_INTEGER).encode(), str(MAX_SAFE_INTEGER + 1).encode())
+    assert agree(big) is None
