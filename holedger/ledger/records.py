@@ -292,27 +292,34 @@ def envelope_problem(obj: dict[str, Any]) -> str | None:
 # parser, which accepts or refuses it with a precise reason; the fast path only ever
 # accepts records the strict parser accepts too (tests/ledger/test_fast_parse.py).
 
-_HEAD = re.compile(rb'\{"key_id":"([0-9a-f]{8})","payload":\{')
+_HEAD = re.compile(rb'\{"key_id":"[0-9a-f]{8}","payload":\{')
+_KEY_ID = slice(len(b'{"key_id":"'), len(b'{"key_id":"00000000'))
 _PAYLOAD_AT = len(b'{"key_id":"00000000","payload":')
 _TAIL_AT = b',"prev_hash":"'
 _TAIL = re.compile(
-    rb',"prev_hash":"([0-9a-f]{64})","role":"(' + "|".join(ROLES).encode() + rb')",'
-    rb'"run_id":"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})",'
-    rb'"schema_version":(0|[1-9][0-9]{0,14}),"seq":(0|[1-9][0-9]{0,14}),'
-    rb'"sig":"([A-Za-z0-9+/]{85}[AQgw]==)",'
-    rb'"time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)",'
-    rb'"type":"([A-Za-z][A-Za-z0-9]{0,63})"\}'
+    r',"prev_hash":"([0-9a-f]{64})","role":"(' + "|".join(ROLES) + r')",'
+    r'"run_id":"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})",'
+    r'"schema_version":(0|[1-9][0-9]{0,14}),"seq":(0|[1-9][0-9]{0,14}),'
+    r'"sig":"([A-Za-z0-9+/]{85}[AQgw]==)",'
+    r'"time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)",'
+    r'"type":"([A-Za-z][A-Za-z0-9]{0,63})"\}',
+    re.ASCII,
 )
 _SIG_GROUP = 6
 _MAX_INT = 2**53 - 1
 
 
 def _parse_fast(raw: bytes) -> Record | None:
-    head = _HEAD.match(raw)
-    if head is None:
+    if _HEAD.match(raw) is None:
         return None
     at = raw.rfind(_TAIL_AT)
-    tail = _TAIL.fullmatch(raw, at) if at > _PAYLOAD_AT else None
+    if at <= _PAYLOAD_AT:
+        return None
+    try:
+        tail_text = raw[at:].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    tail = _TAIL.fullmatch(tail_text)
     if tail is None:
         return None
     payload_bytes = raw[_PAYLOAD_AT:at]
@@ -326,29 +333,25 @@ def _parse_fast(raw: bytes) -> Record | None:
         return None
     prev_hash, role, run_id, version, seq, sig, time, etype = tail.groups()
     envelope = {
-        "key_id": head[1].decode(),
+        "key_id": raw[_KEY_ID].decode("ascii"),
         "payload": payload,
-        "prev_hash": prev_hash.decode(),
-        "role": role.decode(),
-        "run_id": run_id.decode(),
+        "prev_hash": prev_hash,
+        "role": role,
+        "run_id": run_id,
         "schema_version": int(version),
         "seq": int(seq),
-        "time": time.decode(),
-        "type": etype.decode(),
+        "time": time,
+        "type": etype,
     }
-    cut = tail.start(_SIG_GROUP) - len(_SIG_MEMBER)
-    signed = raw[:cut] + raw[tail.end(_SIG_GROUP) + 1 :]
+    cut = at + tail.start(_SIG_GROUP) - len(_SIG_MEMBER)
+    signed = raw[:cut] + raw[at + tail.end(_SIG_GROUP) + 1 :]
     return Record(raw, signed, envelope, binascii.a2b_base64(sig))
 
 
 def _plain_object(obj: dict[str, Any], depth: int) -> bool:
     """Member names in code-point order, and no float or inexact integer, all the way down."""
-    if depth > _MAX_DEPTH:
-        return False
     names = list(obj)
-    if names != sorted(names):
-        return False
-    return _plain_values(obj.values(), depth)
+    return names == sorted(names) and depth <= _MAX_DEPTH and _plain_values(obj.values(), depth)
 
 
 def _plain_values(values: Iterable[Any], depth: int) -> bool:
