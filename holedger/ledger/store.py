@@ -224,13 +224,34 @@ class ChainedEventStore(EventStore[uuid.UUID]):
         return records
 
     def hash_before(self, originator_id: uuid.UUID, version: int) -> str:
-        """The event hash the event at stream ``version`` must chain to."""
+        """The event hash the event at stream ``version`` must chain to.
+
+        One indexed read through the driver; the stored record is parsed before its
+        hash is trusted.
+        """
         if version == 1:
             return ZERO_HASH
-        previous = self.recorder.select_events(originator_id, lte=version - 1, desc=True, limit=1)
-        if not previous or previous[0].originator_version != version - 1:
+        app_recorder: Any = self.recorder
+        engine: Engine = app_recorder.datastore.engine
+        sqlite = engine.dialect.name == "sqlite"
+        mark = "?" if sqlite else "%s"
+        sql = (
+            f"SELECT state FROM {app_recorder.events_table_name} "
+            f"WHERE originator_id = {mark} AND originator_version = {mark}"
+        )
+        with engine.connect() as conn:
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(sql, (originator_id.bytes if sqlite else originator_id, version - 1))
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        if row is None:
             raise LedgerConflictError("the stream head moved; re-read the run")
-        return self.mapper.to_domain_event(previous[0]).event_hash
+        record = parse_record(bytes(row[0]))
+        if record.run_id != str(originator_id) or record.seq != version - 2:
+            raise VerificationError(f"seq {version - 2}: stored at the wrong stream position")
+        return record.event_hash
 
 
 class LedgerApplication(Application[uuid.UUID]):
