@@ -1,16 +1,29 @@
 """Latency the gateway adds over calling the same upstream directly; LiteLLM alongside.
 
-Three processes are started: the offline simulator as the upstream (``holedger sim serve``),
-the holedger gateway in front of it (its own process, SQLite ledger in a temp dir), and,
-when the ``litellm`` command is available (on PATH or at $LITELLM_BIN), LiteLLM's proxy in
-front of the same upstream. The client sends the same chat completions to each, in
-interleaved rounds, at each concurrency level, and prints p50/p99 latency, requests per
-second, the latency each proxy adds over the direct call, and the ratio of the two.
+For each level, processes are started: the offline simulator as the upstream
+(``holedger sim serve``), the holedger gateway in front of it (its own process, SQLite
+ledger in a temp dir), and, when the ``litellm`` command is available (on PATH or at
+$LITELLM_BIN), LiteLLM's proxy in front of the same upstream. One client (a keep-alive
+HTTP/1.1 client, the same for every path) sends the same chat completions to each path, in
+interleaved rounds, and prints per path: p50/p99 latency, requests per second, errors (the
+simulator answers about 3% of calls with a transient error, on every path alike), the
+latency the proxy adds over the direct call (difference of the p50s and of the p99s), and
+the CPU time spent per request by the proxy process (and, for the gateway, by its event
+writer thread alone: building, signing and storing the GatewayCall events), by the
+upstream and by the client, with how busy the whole machine was.
 
-    python benchmarks/gateway_bench.py [--requests 600] [--concurrency 1,32] [--stream]
+    python benchmarks/gateway_bench.py [--requests 1500] [--levels 1,32@200,32] [--stream]
 
-Figures depend on the machine; nothing here asserts a time. Targets: at most 2 ms p50 and
-10 ms p99 added by the gateway.
+A level is ``CLIENTS[@MS]``: that many concurrent clients, against an upstream that
+answers after MS milliseconds (0 when omitted). ``32@200`` stands for 32 trials waiting on
+a model: the machine stays below saturation, so the difference is the gateway's own
+latency. ``32`` (an instant upstream) saturates a small machine: client, upstream and
+gateway queue for the same cores, and each request the gateway handles delays the others;
+there the added latency mostly measures CPU cost, so read requests per second and CPU per
+request instead.
+
+Figures depend on the machine and on what else runs on it; nothing here asserts a time.
+Targets: at most 2 ms p50 and 10 ms p99 added by the gateway.
 """
 
 from __future__ import annotations
@@ -18,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -73,8 +87,9 @@ def process(args: list[str], log: Path, **kw: object) -> Iterator[subprocess.Pop
 # ---------------------------------------------------------------------------- gateway
 
 
-def serve_gateway_process(ledger_url: str, upstream: str, port: int) -> None:
-    """The gateway process: the ledger and its run exist already (made by the parent)."""
+def serve_gateway_process(ledger_url: str, upstream: str, port: int, info: str = "") -> None:
+    """The gateway process: the ledger and its run exist already (made by the parent).
+    ``info``, when given, is a file that receives the writer thread's id."""
     from holedger.gateway.app import create_gateway_app
     from holedger.gateway.config import GatewayConfig, UpstreamConfig
     from holedger.gateway.serve import AppServer
@@ -83,7 +98,10 @@ def serve_gateway_process(ledger_url: str, upstream: str, port: int) -> None:
 
     ledger = Ledger.open(ledger_url, SigningKey.generate("holedger-bench"))
     config = GatewayConfig(upstream=UpstreamConfig(base_url=upstream))
-    AppServer(create_gateway_app(ledger, None, config), port=port).run()
+    app = create_gateway_app(ledger, None, config)
+    if info:
+        Path(info).write_text(json.dumps({"writer_tid": app.writer.thread_id}))
+    AppServer(app, port=port).run()
 
 
 def prepare_ledger(url: str) -> str:
@@ -149,6 +167,53 @@ def litellm_config(path: Path, upstream: str) -> None:
     )
 
 
+# ---------------------------------------------------------------------------- CPU
+
+
+def _ticks(stat: str) -> int:
+    """utime + stime of one /proc stat line."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """CPU time (user + system) of a process, or of one of its threads (Linux /proc)."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    try:
+        return _ticks(Path(path).read_text()) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far."""
+    try:
+        values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+@dataclass
+class Meters:
+    """Who is measured: the proxy's process (and the gateway's writer thread), the
+    upstream's process, and this client."""
+
+    proxy: int | None = None
+    writer: int | None = None
+    upstream: int | None = None
+
+    def read(self) -> tuple[float, float, float, float, tuple[int, int]]:
+        return (
+            cpu_seconds(self.proxy) if self.proxy else 0.0,
+            cpu_seconds(self.proxy, self.writer) if self.proxy and self.writer else 0.0,
+            cpu_seconds(self.upstream) if self.upstream else 0.0,
+            time.process_time(),
+            machine_ticks(),
+        )
+
+
 # ---------------------------------------------------------------------------- load
 
 
@@ -158,30 +223,65 @@ class Sample:
     errors: int = 0
     elapsed: float = 0.0
     count: int = 0
-    cpu_s: float = 0.0
+    proxy_cpu: float = 0.0
+    writer_cpu: float = 0.0
+    upstream_cpu: float = 0.0
+    client_cpu: float = 0.0
+    busy: int = 0
+    ticks: int = 0
+
+    def add(self, other: Sample) -> None:
+        self.latencies += other.latencies
+        for name in (
+            "errors",
+            "elapsed",
+            "count",
+            "proxy_cpu",
+            "writer_cpu",
+            "upstream_cpu",
+            "client_cpu",
+            "busy",
+            "ticks",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of processes and their children so far (Linux /proc)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
+class Client:
+    """A keep-alive HTTP/1.1 client for one path (the gateway's own upstream client: one
+    write per request, no per-request objects beyond the answer)."""
+
+    def __init__(self, url: str, key: str) -> None:
+        from holedger.gateway.upstream import HttpUpstream
+
+        base = url.removesuffix("/chat/completions")
+        headers = [("content-type", "application/json"), ("authorization", f"Bearer {key}")]
+        self.http = HttpUpstream(base, headers, timeout_s=60, max_idle=512)
+
+    async def call(self, body: bytes, stream: bool) -> int:
+        resp = await self.http.post(body)
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(x) for x in fields[11:15]) / tick
-    return total
+            if stream:
+                async for _ in resp.aiter_raw():
+                    pass
+            else:
+                await resp.aread()
+        finally:
+            await resp.aclose()
+        return resp.status_code
 
 
 async def load(
-    client: httpx.AsyncClient, url: str, key: str, n: int, concurrency: int, stream: bool
+    client: Client, n: int, concurrency: int, stream: bool, spread_s: float = 0.0
 ) -> Sample:
+    """``n`` calls from ``concurrency`` clients; client k starts ``k * spread_s /
+    concurrency`` late, so clients waiting on a slow upstream do not arrive in waves."""
+    from holedger.gateway.upstream import UpstreamError
+
     sample = Sample()
     counter = iter(range(n))
-    headers = {"authorization": f"Bearer {key}"}
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
+        await asyncio.sleep(k * spread_s / concurrency)
         for i in counter:
             body = {
                 "model": MODEL,
@@ -189,15 +289,12 @@ async def load(
                 "max_tokens": 64,
                 "stream": stream,
             }
+            raw = json.dumps(body).encode()
             t0 = time.perf_counter()
-            if stream:
-                async with client.stream("POST", url, json=body, headers=headers) as resp:
-                    async for _ in resp.aiter_raw():
-                        pass
-                    status = resp.status_code
-            else:
-                resp = await client.post(url, json=body, headers=headers)
-                status = resp.status_code
+            try:
+                status = await client.call(raw, stream)
+            except UpstreamError:
+                status = 0
             dt = time.perf_counter() - t0
             if status == 200:
                 sample.latencies.append(dt)
@@ -205,7 +302,7 @@ async def load(
                 sample.errors += 1
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(k) for k in range(concurrency)))
     sample.elapsed = time.perf_counter() - t0
     sample.count = n
     return sample
@@ -221,63 +318,76 @@ def pct(values: list[float], q: float) -> float:
 async def bench(
     targets: dict[str, tuple[str, str]],
     requests: int,
-    levels: list[int],
+    clients: int,
+    latency_s: float,
     stream: bool,
     rounds: int,
-    pids: dict[str, list[int]],
-) -> dict[int, dict[str, Sample]]:
-    results: dict[int, dict[str, Sample]] = {}
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        for url, key in targets.values():  # warm up every path
-            await load(client, url, key, 40, 4, stream)
-        for level in levels:
-            merged = {name: Sample() for name in targets}
-            per_round = max(level, requests // rounds)
-            for _ in range(rounds):
-                for name, (url, key) in targets.items():
-                    before = cpu_seconds(pids.get(name, []))
-                    s = await load(client, url, key, per_round, level, stream)
-                    m = merged[name]
-                    m.cpu_s += cpu_seconds(pids.get(name, [])) - before
-                    m.latencies += s.latencies
-                    m.errors += s.errors
-                    m.elapsed += s.elapsed
-                    m.count += s.count
-            results[level] = merged
-    return results
-
-
-def report(results: dict[int, dict[str, Sample]], stream: bool) -> None:
-    mode = "streaming" if stream else "non-streaming"
-    print(f"\nchat completions, {mode}; latency in ms (200 answers only)\n")
-    head = f"{'clients':>7}  {'path':<10} {'p50':>8} {'p99':>8} {'req/s':>8} {'errors':>6}"
-    head += f"  {'+p50':>7} {'+p99':>7}  {'proxy cpu ms/req':>16}"
-    print(head)
-    for level, samples in results.items():
-        direct = samples["direct"]
-        d50, d99 = pct(direct.latencies, 0.5), pct(direct.latencies, 0.99)
-        added: dict[str, tuple[float, float]] = {}
-        for name, s in samples.items():
-            p50, p99 = pct(s.latencies, 0.5), pct(s.latencies, 0.99)
-            rps = s.count / s.elapsed if s.elapsed else float("nan")
-            line = f"{level:>7}  {name:<10} {p50:8.2f} {p99:8.2f} {rps:8.0f} {s.errors:>6}"
-            if name != "direct":
-                added[name] = (p50 - d50, p99 - d99)
-                line += f"  {p50 - d50:7.2f} {p99 - d99:7.2f}"
-                line += f"  {s.cpu_s / max(s.count, 1) * 1000:16.2f}"
-            print(line)
-        if "gateway" in added and "litellm" in added:
-            g50, g99 = added["gateway"]
-            l50, l99 = added["litellm"]
-            print(
-                f"{'':>7}  added latency, gateway / litellm: p50 {_ratio(g50, l50)}, "
-                f"p99 {_ratio(g99, l99)}"
+    meters: dict[str, Meters],
+) -> dict[str, Sample]:
+    conns = {name: Client(url, key) for name, (url, key) in targets.items()}
+    for client in conns.values():  # warm up every path
+        await load(client, 40, 4, stream)
+    merged = {name: Sample() for name in targets}
+    per_round = max(clients, requests // rounds)
+    for _ in range(rounds):
+        for name, client in conns.items():
+            meter = meters[name]
+            before = meter.read()
+            s = await load(client, per_round, clients, stream, latency_s)
+            after = meter.read()
+            s.proxy_cpu, s.writer_cpu, s.upstream_cpu, s.client_cpu = (
+                after[i] - before[i] for i in range(4)
             )
-        if "gateway" in added:
-            g50, g99 = added["gateway"]
-            verdict = "within" if g50 <= 2 and g99 <= 10 else "over"
-            print(f"{'':>7}  gateway added p50 {g50:.2f} ms, p99 {g99:.2f} ms: {verdict} 2/10 ms")
+            s.busy, s.ticks = after[4][0] - before[4][0], after[4][1] - before[4][1]
+            merged[name].add(s)
+    for client in conns.values():
+        await client.http.aclose()
+    return merged
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def report(level: str, samples: dict[str, Sample], stream: bool) -> None:
+    clients, latency = parse_level(level)
+    direct = samples["direct"]
+    d50, d99 = pct(direct.latencies, 0.5), pct(direct.latencies, 0.99)
+    mode = "streaming" if stream else "non-streaming"
+    print(
+        f"\n{clients} concurrent client(s), upstream answers after {latency:g} ms, {mode}"
+        "; latency in ms (200 answers only), CPU in ms per request"
+    )
+    head = f"  {'path':<9} {'p50':>8} {'p99':>8} {'req/s':>7} {'errors':>6}"
+    head += f" {'+p50':>7} {'+p99':>7} {'proxy':>6} {'writer':>6} {'upstrm':>6} {'client':>6}"
+    head += f" {'busy':>5}"
+    print(head)
+    added: dict[str, tuple[float, float]] = {}
+    for name, s in samples.items():
+        p50, p99 = pct(s.latencies, 0.5), pct(s.latencies, 0.99)
+        n = max(s.count, 1)
+        rps = s.count / s.elapsed if s.elapsed else float("nan")
+        line = f"  {name:<9} {p50:8.2f} {p99:8.2f} {rps:7.0f} {s.errors:>6}"
+        if name == "direct":
+            line += f" {'':>7} {'':>7} {'':>6} {'':>6}"
+        else:
+            added[name] = (p50 - d50, p99 - d99)
+            line += f" {p50 - d50:7.2f} {p99 - d99:7.2f} {s.proxy_cpu / n * 1000:6.2f}"
+            line += f" {s.writer_cpu / n * 1000:6.2f}" if name == "gateway" else f" {'':>6}"
+        line += f" {s.upstream_cpu / n * 1000:6.2f} {s.client_cpu / n * 1000:6.2f}"
+        line += f" {100 * s.busy / max(s.ticks, 1):4.0f}%"
+        print(line)
+    if "gateway" in added and "litellm" in added:
+        g50, g99 = added["gateway"]
+        l50, l99 = added["litellm"]
+        print(f"  added latency, gateway / litellm: p50 {_ratio(g50, l50)}, p99 {_ratio(g99, l99)}")
+    if "gateway" in added:
+        g50, g99 = added["gateway"]
+        verdict = "within" if g50 <= 2 and g99 <= 10 else "over"
+        busy = max(100 * s.busy / max(s.ticks, 1) for s in samples.values())
+        note = ""
+        if busy >= 90:
+            note = " (machine busy: the added latency includes queueing for CPU)"
+        print(f"  gateway added p50 {g50:.2f} ms, p99 {g99:.2f} ms: {verdict} 2/10 ms{note}")
 
 
 def _ratio(a: float, b: float) -> str:
@@ -286,71 +396,98 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=600, help="per path and level")
-    parser.add_argument("--concurrency", default="1,32")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--stream", action="store_true")
-    parser.add_argument("--no-litellm", action="store_true")
-    parser.add_argument("--serve-gateway", nargs=3, metavar=("LEDGER", "UPSTREAM", "PORT"))
-    args = parser.parse_args()
-    if args.serve_gateway:
-        ledger_url, upstream, port = args.serve_gateway
-        serve_gateway_process(ledger_url, upstream, int(port))
-        return
-    levels = [int(x) for x in args.concurrency.split(",")]
-    tmp = Path(tempfile.mkdtemp(prefix="holedger-bench-"))
-    ledger_url = f"sqlite:///{tmp / 'ledger.db'}"
+def parse_level(text: str) -> tuple[int, float]:
+    clients, _, latency = text.partition("@")
+    return int(clients), float(latency or 0)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Sample]:
+    clients, latency_ms = parse_level(level)
+    tag = level.replace("@", "_")
+    ledger_url = f"sqlite:///{tmp / f'ledger-{tag}.db'}"
     token = prepare_ledger(ledger_url)
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     sim = [sys.executable, "-m", "holedger.cli", "sim", "serve", "--port", str(up_port)]
+    sim += ["--latency", str(latency_ms / 1000)]
+    info = tmp / f"gateway-{tag}.json"
     gw = [sys.executable, __file__, "--serve-gateway", ledger_url, upstream, str(gw_port)]
+    gw += ["--gateway-info", str(info)]
     with contextlib.ExitStack() as stack:
-        up = stack.enter_context(process(sim, tmp / "sim.log"))
+        up = stack.enter_context(process(sim, tmp / f"sim-{tag}.log"))
         wait_ready(f"{upstream}/models", up)
-        gp = stack.enter_context(process(gw, tmp / "gateway.log"))
+        gp = stack.enter_context(process(gw, tmp / f"gateway-{tag}.log"))
         wait_ready(f"http://127.0.0.1:{gw_port}/v1/models", gp)
+        writer = json.loads(info.read_text())["writer_tid"]
         targets = {
             "direct": (f"{upstream}/chat/completions", "unused"),
             "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions", token),
         }
+        meters = {
+            "direct": Meters(upstream=up.pid),
+            "gateway": Meters(proxy=gp.pid, writer=writer, upstream=up.pid),
+        }
         command = None if args.no_litellm else litellm_command()
-        if command is None:
-            print(
-                "litellm: not measured ("
-                + ("--no-litellm" if args.no_litellm else "no 'litellm' command; set LITELLM_BIN")
-                + ")"
-            )
-        else:
+        if command is not None:
             cfg = tmp / "litellm.yaml"
             litellm_config(cfg, upstream)
             ll_args = [command, "--config", str(cfg), "--port", str(ll_port), "--num_workers", "1"]
             master = "sk-" + secrets.token_hex(32)
-            env = dict(
-                os.environ,
-                LITELLM_LOG="ERROR",
-                LITELLM_TELEMETRY="False",
-                LITELLM_MASTER_KEY=master,
-            )
-            lp = stack.enter_context(process(ll_args, tmp / "litellm.log", env=env))
+            env = dict(os.environ, LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False")
+            env["LITELLM_MASTER_KEY"] = master
+            lp = stack.enter_context(process(ll_args, tmp / f"litellm-{tag}.log", env=env))
             try:
                 wait_ready(f"http://127.0.0.1:{ll_port}/health/liveliness", lp, timeout=180)
                 targets["litellm"] = (f"http://127.0.0.1:{ll_port}/v1/chat/completions", master)
+                meters["litellm"] = Meters(proxy=lp.pid, upstream=up.pid)
             except RuntimeError as exc:
-                err = (
-                    lp.stderr.read().decode()[-400:] if lp.stderr and lp.poll() is not None else ""
-                )
-                print(f"litellm: not measured ({exc}) {err}")
-        pids = {"gateway": [gp.pid]}
-        if "litellm" in targets:
-            pids["litellm"] = [lp.pid]
-        results = asyncio.run(bench(targets, args.requests, levels, args.stream, args.rounds, pids))
-    report(results, args.stream)
-    shutil.rmtree(tmp, ignore_errors=True)
+                print(f"litellm: not measured ({exc})")
+        return asyncio.run(
+            bench(
+                targets, args.requests, clients, latency_ms / 1000, args.stream, args.rounds, meters
+            )
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        epilog="CLIENTS@MS: concurrent clients, and the upstream's time to answer in ms.",
+    )
+    parser.add_argument("--requests", type=int, default=1500, help="per path and level")
+    parser.add_argument(
+        "--levels", default="1,32@200,32", help="CLIENTS[@MS],... (default: %(default)s)"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per level")
+    parser.add_argument("--stream", action="store_true", help="streamed (SSE) completions")
+    parser.add_argument("--no-litellm", action="store_true", help="measure no LiteLLM proxy")
+    parser.add_argument("--serve-gateway", nargs=3, metavar=("LEDGER", "UPSTREAM", "PORT"))
+    parser.add_argument("--gateway-info", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_gateway:
+        ledger_url, upstream, port = args.serve_gateway
+        serve_gateway_process(ledger_url, upstream, int(port), args.gateway_info)
+        return
+    if args.no_litellm:
+        print("litellm: not measured (--no-litellm)")
+    elif litellm_command() is None:
+        print("litellm: not measured (no 'litellm' command; set LITELLM_BIN)")
+    print(
+        "Columns: +p50/+p99 = path's p50/p99 minus the direct path's; proxy = CPU of the "
+        "proxy process, writer = of the gateway's event writer thread (included in proxy), "
+        "upstrm = of the simulator, client = of this load generator; busy = whole machine."
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="holedger-bench-"))
+    try:
+        for level in args.levels.split(","):
+            report(level, run_level(args, level, tmp), args.stream)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()[0]
-    print(f"\nload average during the run: {load1:.1f} on {os.cpu_count()} CPUs", end="")
+    print(f"\nload average after the run: {load1:.1f} on {os.cpu_count()} CPUs", end="")
     print(" (a loaded machine inflates every added latency)" if load1 > 1 else "")
 
 

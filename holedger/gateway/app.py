@@ -20,6 +20,7 @@ One gateway process serves a ledger's runs (the budget state is in its memory).
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import itertools
 import json
@@ -27,11 +28,11 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import anyio
-import httpx
+from pydantic import BaseModel
 
 from holedger.errors import NotFoundError
 from holedger.gateway.budget import (
@@ -45,6 +46,13 @@ from holedger.gateway.budget import (
 from holedger.gateway.config import GatewayConfig
 from holedger.gateway.recorder import EventWriter, Submission
 from holedger.gateway.tokens import TokenClaims, TokenRegistry
+from holedger.gateway.upstream import (
+    AsgiUpstream,
+    HttpUpstream,
+    Upstream,
+    UpstreamError,
+    upstream_headers,
+)
 from holedger.gateway.wire import (
     JSON_TYPE,
     NO_RETRY,
@@ -187,19 +195,24 @@ class Gateway:
         self.ledger = ledger
         self.tokens = tokens
         self.config = config or GatewayConfig()
-        self.writer = EventWriter(ledger)
+        self.writer = EventWriter(ledger, linger_s=self.config.event_linger_s)
         self._runs: dict[str, _RunState] = {}
         self._runs_lock = threading.Lock()
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._tally_cond = threading.Condition()
         self._bindings: dict[str, CallerBinding] = {}
-        self._upstream_app = upstream_app
-        if upstream_app is None and self.config.upstream.simulator:
+        upstream = self.config.upstream
+        if upstream_app is None and upstream.simulator:
             from holedger.gateway.sim_server import create_simulator_app
 
-            self._upstream_app = create_simulator_app(seed=self.config.upstream.simulator_seed)
-        self._upstream_key = self.config.upstream.api_key()
-        self._transport: httpx.AsyncBaseTransport | None = None
+            upstream_app = create_simulator_app(seed=upstream.simulator_seed)
+        headers = upstream_headers(upstream.api_key())
+        self._upstream: Upstream
+        if upstream_app is not None:
+            self._upstream = AsgiUpstream(upstream_app, headers, upstream.timeout_s)
+        else:
+            assert upstream.base_url is not None
+            self._upstream = HttpUpstream(upstream.base_url, headers, timeout_s=upstream.timeout_s)
         self._ids = _CallIds()
 
     # ------------------------------------------------------------------ public API
@@ -271,38 +284,10 @@ class Gateway:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self._transport is not None:
-                    await self._transport.aclose()
-                    self._transport = None
+                await self._upstream.aclose()
                 await asyncio.to_thread(self.writer.flush, 30.0)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    async def _open_upstream(self, forwarded: bytes) -> httpx.Response:
-        """Send the chat request upstream; the response body is read by the caller.
-
-        The transport is used directly (no client-level cookies, redirects or auth): the
-        gateway talks to one configured upstream and nothing else."""
-        if self._transport is None:
-            if self._upstream_app is not None:
-                self._transport = httpx.ASGITransport(app=self._upstream_app)
-                base = "http://simulator/v1"
-            else:
-                limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-                self._transport = httpx.AsyncHTTPTransport(limits=limits)
-                base = str(self.config.upstream.base_url).rstrip("/")
-            self._chat_url = httpx.URL(base + "/chat/completions")
-            self._headers = [(k.encode(), v.encode()) for k, v in self._upstream_headers().items()]
-            wait = self.config.upstream.timeout_s
-            self._timeouts = {"connect": 10.0, "read": wait, "write": wait, "pool": wait}
-        request = httpx.Request(
-            "POST",
-            self._chat_url,
-            headers=[*self._headers, (b"content-length", str(len(forwarded)).encode())],
-            content=forwarded,
-            extensions={"timeout": self._timeouts},
-        )
-        return await self._transport.handle_async_request(request)
 
     # ------------------------------------------------------------------ checks
 
@@ -585,19 +570,19 @@ class Gateway:
 
     # ------------------------------------------------------------------ forwarding
 
-    def _upstream_headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "application/json"}
-        if self._upstream_key:
-            headers["authorization"] = f"Bearer {self._upstream_key}"
-        return headers
-
     async def _forward(self, call: _Call, forwarded: bytes, send: Send) -> None:
         try:
-            resp = await self._open_upstream(forwarded)
-            data = await resp.aread()
-        except httpx.HTTPError as exc:
+            resp = await self._upstream.post(forwarded)
+        except UpstreamError as exc:
             await self._upstream_failed(call, exc, send)
             return
+        try:
+            data = await resp.aread()
+        except UpstreamError as exc:
+            await self._upstream_failed(call, exc, send)
+            return
+        finally:
+            await resp.aclose()
         usage: TokenUsage | None = ZERO  # a complete error answer consumed nothing
         model = None
         if resp.status_code < 400:
@@ -622,15 +607,14 @@ class Gateway:
         ]
         await send_bytes(send, resp.status_code, data, headers)
 
-    async def _upstream_failed(self, call: _Call, exc: Exception, send: Send) -> None:
+    async def _upstream_failed(self, call: _Call, exc: UpstreamError, send: Send) -> None:
         # The upstream may have done the work before the connection broke: charge the
         # reservation, unless the request never left (connect failure).
-        never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-        reason = f"upstream unreachable: {type(exc).__name__}"
+        reason = f"upstream unreachable: {exc.kind}"
         self._settle(
             call,
             status=502,
-            usage=ZERO if never_sent else None,
+            usage=None if exc.sent else ZERO,
             response=b"",
             model_reported=None,
             reason=reason,
@@ -644,13 +628,18 @@ class Gateway:
         self, call: _Call, forwarded: bytes, body: dict[str, Any], receive: Receive, send: Send
     ) -> None:
         try:
-            resp = await self._open_upstream(forwarded)
-        except httpx.HTTPError as exc:
+            resp = await self._upstream.post(forwarded)
+        except UpstreamError as exc:
             await self._upstream_failed(call, exc, send)
             return
         if resp.status_code >= 400:
-            data = await resp.aread()
-            await resp.aclose()
+            try:
+                data = await resp.aread()
+            except UpstreamError as exc:
+                await self._upstream_failed(call, exc, send)
+                return
+            finally:
+                await resp.aclose()
             self._settle(
                 call,
                 status=resp.status_code,
@@ -695,6 +684,21 @@ class Gateway:
                 reason=reason,
             )
 
+        task = asyncio.current_task()
+        assert task is not None
+
+        async def watch() -> None:
+            # The client leaving mid-stream stops the forwarding (it is charged below).
+            nonlocal client_gone
+            while True:
+                message: Message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not finished:
+                        client_gone = True
+                        task.cancel()
+                    return
+
+        watcher = asyncio.get_running_loop().create_task(watch())
         try:
             await send(
                 {
@@ -707,38 +711,27 @@ class Gateway:
                     ],
                 }
             )
-            async with anyio.create_task_group() as tg:
-
-                async def watch() -> None:
-                    nonlocal client_gone
-                    while True:
-                        message: Message = await receive()
-                        if message["type"] == "http.disconnect":
-                            if not finished:
-                                client_gone = True
-                            tg.cancel_scope.cancel()
-                            return
-
-                tg.start_soon(watch)
-                try:
-                    async for chunk in resp.aiter_raw():
-                        out = pump.feed(chunk)
-                        if pump.done:
-                            settle_once()  # a client stops reading at [DONE]
-                        if out:
-                            message = {"type": "http.response.body", "body": out, "more_body": True}
-                            await send(message)
-                    tail = pump.finish()
-                except httpx.HTTPError as exc:
-                    pump.cut = f"upstream stream broke: {type(exc).__name__}"
-                    tail = pump.finish() + pump.error_event(pump.cut)
-                finished = True
-                settle_once()
-                await send({"type": "http.response.body", "body": tail, "more_body": False})
-                tg.cancel_scope.cancel()
+            try:
+                async for chunk in resp.aiter_raw():
+                    out = pump.feed(chunk)
+                    if pump.done:
+                        settle_once()  # a client stops reading at [DONE]
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                tail = pump.finish()
+            except UpstreamError as exc:
+                pump.cut = f"upstream stream broke: {exc.kind}"
+                tail = pump.finish() + pump.error_event(pump.cut)
+            finished = True
+            settle_once()
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        except asyncio.CancelledError:
+            if not client_gone:
+                raise
+            task.uncancel()  # our own cancellation: the client left
         finally:
-            with anyio.CancelScope(shield=True):
-                await resp.aclose()
+            watcher.cancel()
+            await resp.aclose()
             settle_once()
 
     # ------------------------------------------------------------------ recording
@@ -786,15 +779,59 @@ class Gateway:
     ) -> None:
         if call.run_id is None:
             return
-        cap = self.config.blob_cap_bytes
+        # The event is built, digested and signed on the writer thread: only a snapshot
+        # is taken here, in decision order.
+        outcome = _Outcome(
+            call=copy.copy(call),
+            allowed=allowed,
+            status=status,
+            code=code,
+            reason=reason,
+            tokens=tokens,
+            response=response,
+            usage_estimated=usage_estimated,
+            model_reported=model_reported,
+            safety=safety,
+            latency_ms=int((time.perf_counter() - call.t0) * 1000),
+            blob_cap=self.config.blob_cap_bytes,
+        )
+        for other in extra_runs or []:
+            self.writer.submit(Submission(other, build=outcome.violation))
+        self.writer.submit(Submission(call.run_id, build=outcome.events))
+        if call.trial_id is not None:
+            with self._tally_cond:
+                tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
+                tally.calls += 1
+                tally.tokens = add_usage(tally.tokens, tokens)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How one call ended; becomes its GatewayCall (and SafetyViolation) on the writer."""
+
+    call: _Call
+    allowed: bool
+    status: int
+    code: str | None
+    reason: str | None
+    tokens: TokenUsage
+    response: bytes
+    usage_estimated: bool
+    model_reported: str | None
+    safety: str | None
+    latency_ms: int
+    blob_cap: int
+
+    def events(self) -> tuple[list[tuple[str, BaseModel, Role]], list[bytes]]:
+        call, cap = self.call, self.blob_cap
         blobs: list[bytes] = []
         req_digest = resp_digest = None
         if call.request_bytes:
             blob = call.request_bytes[:cap]
             blobs.append(blob)
             req_digest = hashlib.sha256(blob).hexdigest()
-        if response:
-            blob = response[:cap]
+        if self.response:
+            blob = self.response[:cap]
             blobs.append(blob)
             resp_digest = hashlib.sha256(blob).hexdigest()
         event = GatewayCall(
@@ -805,55 +842,54 @@ class Gateway:
             case_id=call.case_id,
             attempt=call.attempt,
             model_requested=call.model_requested,
-            model_served=call.model_served if allowed else None,
-            allowed=allowed,
-            reason=reason,
-            status=status,
+            model_served=call.model_served if self.allowed else None,
+            allowed=self.allowed,
+            reason=self.reason,
+            status=self.status,
             stream=call.stream,
-            tokens=tokens,
+            tokens=self.tokens,
             reserved=call.reserved,
             max_tokens_imposed=call.max_tokens_imposed,
-            usage_estimated=usage_estimated,
-            latency_ms=int((time.perf_counter() - call.t0) * 1000),
+            usage_estimated=self.usage_estimated,
+            latency_ms=self.latency_ms,
             request_digest=req_digest,
             response_digest=resp_digest,
             endpoint=call.endpoint,
-            code=code,
-            model_reported=model_reported,
+            code=self.code,
+            model_reported=self.model_reported,
             reservation_index=call.reservation_index,
             budget=call.budget,
             presented=call.presented,
         )
-        events: list[tuple[str, Any, Role]] = [("GatewayCall", event, "gateway")]
-        if safety is not None:
-            evidence = canonical_json(
-                {
-                    "call_id": call.call_id,
-                    "code": code,
-                    "model_requested": call.model_requested,
-                    "presented": call.presented.model_dump(mode="json") if call.presented else None,
-                    "run_id": call.run_id,
-                    "trial_id": call.trial_id,
-                }
-            )
-            blobs.append(evidence)
-            violation = SafetyViolation(
-                category=safety,
-                trial_id=call.trial_id,
-                call_id=call.call_id,
-                detail=reason or safety,
-                evidence_digest=hashlib.sha256(evidence).hexdigest(),
-            )
-            events.append(("SafetyViolation", violation, "gateway"))
-            for other in extra_runs or []:
-                extra: list[tuple[str, Any, Role]] = [("SafetyViolation", violation, "gateway")]
-                self.writer.submit(Submission(other, extra, [evidence]))
-        self.writer.submit(Submission(call.run_id, events, blobs))
-        if call.trial_id is not None:
-            with self._tally_cond:
-                tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
-                tally.calls += 1
-                tally.tokens = add_usage(tally.tokens, tokens)
+        events: list[tuple[str, BaseModel, Role]] = [("GatewayCall", event, "gateway")]
+        if self.safety is not None:
+            violation, more = self.violation()
+            events += violation
+            blobs += more
+        return events, blobs
+
+    def violation(self) -> tuple[list[tuple[str, BaseModel, Role]], list[bytes]]:
+        """The SafetyViolation and its evidence blob (also recorded on other runs)."""
+        call = self.call
+        assert self.safety is not None
+        evidence = canonical_json(
+            {
+                "call_id": call.call_id,
+                "code": self.code,
+                "model_requested": call.model_requested,
+                "presented": call.presented.model_dump(mode="json") if call.presented else None,
+                "run_id": call.run_id,
+                "trial_id": call.trial_id,
+            }
+        )
+        violation = SafetyViolation(
+            category=self.safety,
+            trial_id=call.trial_id,
+            call_id=call.call_id,
+            detail=self.reason or self.safety,
+            evidence_digest=hashlib.sha256(evidence).hexdigest(),
+        )
+        return [("SafetyViolation", violation, "gateway")], [evidence]
 
 
 class _StreamPump:
@@ -1004,7 +1040,7 @@ __all__ = ["CallerBinding", "Gateway", "TrialUsage", "create_gateway_app"]
 RETRY_HEADERS = ("retry-after-ms", "retry-after", "x-should-retry")
 
 
-def _retry_headers(upstream: Any) -> list[tuple[bytes, bytes]]:
+def _retry_headers(upstream: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     """The upstream's retry advice, passed on so a client's SDK backs off as told."""
     return [
         (name.encode(), str(upstream[name]).encode()) for name in RETRY_HEADERS if name in upstream

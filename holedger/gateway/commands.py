@@ -51,12 +51,16 @@ def sim_group() -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=8400, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chunk-delay", type=float, default=0.0, help="Seconds between stream chunks.")
-def sim_serve(host: str, port: int, seed: int, chunk_delay: float) -> None:
+@click.option(
+    "--latency", type=click.FloatRange(min=0), default=0.0, help="Seconds before each answer."
+)
+def sim_serve(host: str, port: int, seed: int, chunk_delay: float, latency: float) -> None:
     """Serve the simulator as an OpenAI-compatible upstream at http://HOST:PORT/v1."""
     from holedger.gateway.serve import AppServer
     from holedger.gateway.sim_server import create_simulator_app
 
-    server = AppServer(create_simulator_app(seed, chunk_delay_s=chunk_delay), host=host, port=port)
+    app = create_simulator_app(seed, chunk_delay_s=chunk_delay, latency_s=latency)
+    server = AppServer(app, host=host, port=port)
     click.echo(f"simulator listening on {server.base_url}", err=True)
     server.run()
 

@@ -26,11 +26,18 @@ log = logging.getLogger("holedger.gateway")
 MAX_BATCH = 256
 
 
+Events = list[tuple[str, BaseModel, Role]]
+
+
 @dataclass
 class Submission:
+    """Events (and the blobs they refer to) for one run; ``build``, when given, makes more
+    of them on the writer thread, so the caller only hands over a snapshot."""
+
     run_id: str
-    events: list[tuple[str, BaseModel, Role]]
+    events: Events = field(default_factory=list)
     blobs: list[bytes] = field(default_factory=list)
+    build: Callable[[], tuple[Events, list[bytes]]] | None = None
 
 
 _FLUSH = "flush"
@@ -57,6 +64,11 @@ class EventWriter:
         self._thread = threading.Thread(target=self._run, name="holedger-gateway-writer")
         self._thread.daemon = True
         self._thread.start()
+
+    @property
+    def thread_id(self) -> int | None:
+        """The writer thread's operating-system id (to read its CPU time)."""
+        return self._thread.native_id
 
     def submit(self, item: Submission) -> None:
         with self._cond:
@@ -123,24 +135,37 @@ class EventWriter:
 
     def _write(self, batch: list[Submission]) -> None:
         # Blobs first: an event never refers to a blob that is not yet stored.
-        by_run: dict[str, list[tuple[str, BaseModel, Role]]] = {}
+        by_run: dict[str, Events] = {}
         blobs: list[bytes] = []
-        for item in batch:
-            by_run.setdefault(item.run_id, []).extend(item.events)
-            blobs.extend(item.blobs)
+
+        def gather() -> None:
+            by_run.clear()
+            blobs.clear()
+            for item in batch:
+                events = by_run.setdefault(item.run_id, [])
+                events += item.events
+                blobs.extend(item.blobs)
+                if item.build is not None:
+                    more_events, more_blobs = item.build()
+                    events += more_events
+                    blobs.extend(more_blobs)
+
+        self._retrying(gather, recovers=False)  # failing here is a bug: the gateway fails closed
         if blobs:
             self._retrying(partial(self.ledger.put_blobs, list(dict.fromkeys(blobs))))
         for run_id, events in by_run.items():
             self._retrying(partial(self.ledger.append_many, run_id, events))
 
-    def _retrying(self, action: Callable[[], object]) -> None:
+    def _retrying(self, action: Callable[[], object], *, recovers: bool = True) -> None:
         """Run ``action`` until it succeeds: audit events are never dropped. While it
-        fails, ``failure`` is set and the gateway refuses new calls (it fails closed)."""
+        fails, ``failure`` is set and the gateway refuses new calls (it fails closed); a
+        success clears it when ``recovers`` (the ledger took a write)."""
         attempt = 0
         while not self._abandon:
             try:
                 action()
-                self.failure = None
+                if recovers:
+                    self.failure = None
                 return
             except LedgerConflictError:
                 time.sleep(0.001 * min(attempt + 1, 50))  # another writer of the run: retry

@@ -19,11 +19,15 @@ CHUNK_CHARS = 16
 
 
 class SimulatorApp:
-    """ASGI app serving one :class:`SimulatedModel`; ``chunk_delay_s`` slows streams."""
+    """ASGI app serving one :class:`SimulatedModel`; ``chunk_delay_s`` slows streams and
+    ``latency_s`` delays every answer (a model's time to its first token)."""
 
-    def __init__(self, model: SimulatedModel, *, chunk_delay_s: float = 0.0) -> None:
+    def __init__(
+        self, model: SimulatedModel, *, chunk_delay_s: float = 0.0, latency_s: float = 0.0
+    ) -> None:
         self.model = model
         self.chunk_delay_s = chunk_delay_s
+        self.latency_s = latency_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -68,6 +72,8 @@ class SimulatorApp:
             body = error_body(str(exc), "invalid_request_error", None)
             await send_bytes(send, 400, body, [JSON_TYPE])
             return
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         if request.get("stream"):
             await self._stream(request, result, send)
         else:
@@ -121,6 +127,12 @@ def _choice(index: int, delta: dict[str, Any], finish: str | None) -> dict[str, 
 
 
 def create_simulator_app(
-    seed: int = 0, *, model: SimulatedModel | None = None, chunk_delay_s: float = 0.0
+    seed: int = 0,
+    *,
+    model: SimulatedModel | None = None,
+    chunk_delay_s: float = 0.0,
+    latency_s: float = 0.0,
 ) -> SimulatorApp:
-    return SimulatorApp(model or SimulatedModel(seed=seed), chunk_delay_s=chunk_delay_s)
+    return SimulatorApp(
+        model or SimulatedModel(seed=seed), chunk_delay_s=chunk_delay_s, latency_s=latency_s
+    )

@@ -12,9 +12,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +25,7 @@ from sqlalchemy.engine import Engine
 
 from holedger.errors import UsageError
 
+log = logging.getLogger("holedger.gateway")
 TOKEN_PREFIX = "hlg_"
 DEFAULT_TRIAL_TTL_S = 24 * 3600
 Scope = Literal["target", "optimizer"]
@@ -78,9 +81,12 @@ def new_token() -> str:
 class TokenRegistry:
     """Issue, look up and revoke tokens; a small read-through cache keeps lookups cheap.
 
-    The cache holds claims by token hash; revocation through this registry updates it,
-    and entries are re-read from the database after ``cache_ttl_s`` so a revocation made
-    by another process is seen within that time.
+    The cache holds claims by token hash. A revocation through this registry takes effect
+    at once: it drops the trial's entries, and a database read that was under way while
+    it happened is not cached. Entries are good for ``cache_ttl_s`` so a revocation made
+    by another process is seen within that time; an entry in use is re-read in the
+    background once half of that has passed, so lookups on the request path do not wait
+    for the database.
     """
 
     def __init__(self, engine: Engine, *, cache_ttl_s: float = 2.0) -> None:
@@ -89,6 +95,9 @@ class TokenRegistry:
         _metadata.create_all(engine, checkfirst=True)
         self._cache: dict[str, tuple[float, TokenClaims | None]] = {}
         self._lock = threading.Lock()
+        self._revocations = 0  # counts revocations, so a read that overlapped one is dropped
+        self._refreshing: set[str] = set()
+        self._refresher: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ issuing
 
@@ -148,6 +157,7 @@ class TokenRegistry:
                 update(tokens_table).where(tokens_table.c.token_hash == digest).values(revoked=True)
             )
         with self._lock:
+            self._revocations += 1
             self._cache.pop(digest, None)
 
     def revoke_trial(self, run_id: str, trial_id: str) -> None:
@@ -159,6 +169,7 @@ class TokenRegistry:
                 .values(revoked=True)
             )
         with self._lock:
+            self._revocations += 1
             stale = [
                 key
                 for key, (_, claims) in self._cache.items()
@@ -174,17 +185,47 @@ class TokenRegistry:
         if not token.startswith(TOKEN_PREFIX) or len(token) > 128:
             return None
         digest = token_hash(token)
-        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is not None:
+            age = time.monotonic() - hit[0]
+            if age < self.cache_ttl_s:
+                if age >= self.cache_ttl_s / 2:
+                    self._refresh_soon(digest)
+                return hit[1]
+        return self._read(digest)
+
+    def _read(self, digest: str) -> TokenClaims | None:
+        """Read from the database and cache, unless a revocation happened meanwhile (the
+        row read may predate it)."""
         with self._lock:
-            hit = self._cache.get(digest)
-        if hit is not None and now - hit[0] < self.cache_ttl_s:
-            return hit[1]
+            revocations = self._revocations
+        read_at = time.monotonic()
         claims = self._load(digest)
         with self._lock:
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            self._cache[digest] = (now, claims)
+            if self._revocations == revocations:
+                if len(self._cache) > 100_000:
+                    self._cache.clear()
+                self._cache[digest] = (read_at, claims)
         return claims
+
+    def _refresh_soon(self, digest: str) -> None:
+        with self._lock:
+            if digest in self._refreshing:
+                return
+            self._refreshing.add(digest)
+            if self._refresher is None:
+                self._refresher = ThreadPoolExecutor(1, thread_name_prefix="holedger-tokens")
+            refresher = self._refresher
+        refresher.submit(self._refresh, digest)
+
+    def _refresh(self, digest: str) -> None:
+        try:
+            self._read(digest)
+        except Exception as exc:  # the entry expires; the next lookup reads it itself
+            log.warning("token refresh failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            with self._lock:
+                self._refreshing.discard(digest)
 
     def _load(self, digest: str) -> TokenClaims | None:
         with self.engine.connect() as conn:

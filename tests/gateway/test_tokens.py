@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -14,7 +16,7 @@ from sqlalchemy import select
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.gateway.app import CallerBinding
-from holedger.gateway.tokens import TokenRegistry, tokens_table
+from holedger.gateway.tokens import TokenClaims, TokenRegistry, tokens_table
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import GatewayCall, SafetyViolation
 
@@ -180,3 +182,43 @@ def test_cli_token_for_an_unknown_run_is_one_line_exit_2(tmp_path: Path) -> None
     result = CliRunner().invoke(cli, ["--home", str(settings.home), "token", "deadbeef"])
     assert result.exit_code == 2
     assert "no run deadbeef" in result.output
+
+
+def test_a_read_that_overlaps_a_revocation_is_not_cached(env: Env) -> None:
+    """The database row read just before the trial ended must not keep the token alive."""
+    token = env.trial_token("t1")
+
+    class Racing(TokenRegistry):
+        def _load(self, digest: str) -> TokenClaims | None:
+            claims = super()._load(digest)  # read while the token was live...
+            if claims is not None and not claims.revoked:
+                self.revoke_trial(env.run_id, "t1")  # ...and the trial ends meanwhile
+            return claims
+
+    registry = Racing(env.ledger.app.engine)
+    first = registry.lookup(token)
+    assert first is not None and first.state() == "live"  # the call raced the end
+    again = registry.lookup(token)
+    assert again is not None and again.state() == "revoked"
+
+
+def test_a_token_in_use_is_reread_in_the_background(env: Env) -> None:
+    token = env.trial_token("t1")
+    readers: list[str] = []
+
+    class Watched(TokenRegistry):
+        def _load(self, digest: str) -> TokenClaims | None:
+            readers.append(threading.current_thread().name)
+            return super()._load(digest)
+
+    registry = Watched(env.ledger.app.engine, cache_ttl_s=1.0)
+    assert registry.lookup(token) is not None
+    env.tokens.revoke_trial(env.run_id, "t1")  # another process's revocation
+    time.sleep(0.55)  # past half the time to live: served from the cache, re-read behind
+    assert registry.lookup(token) is not None
+    assert registry._refresher is not None
+    registry._refresher.submit(lambda: None).result(10)  # the re-read is done
+    claims = registry.lookup(token)
+    assert claims is not None and claims.state() == "revoked"
+    assert readers[0] == threading.current_thread().name
+    assert any(name.startswith("holedger-tokens") for name in readers[1:])

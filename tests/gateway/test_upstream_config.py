@@ -79,6 +79,7 @@ def test_a_missing_key_variable_is_one_clear_error(monkeypatch: pytest.MonkeyPat
     [
         {"upstream_base_url": "http://x/v1", "aliases": {"gpt-*": "m"}},
         {"upstream_base_url": "http://x/v1", "unknown_setting": 1},
+        {"upstream_base_url": "http://x/v1", "event_linger_s": 60},
         {},
     ],
 )
