@@ -4,9 +4,11 @@ Bare python (the same interpreter, as a plain child process) is measured in the 
 interleaved with the backends, so machine load affects every column alike. The baseline is
 ``python -S -c pass``: inside a sandbox every site-packages directory is hidden, so the
 host's .pth files (editable installs and the like, often tens of ms) must not count in the
-sandbox's favour; ``bare+site`` shows the host interpreter as it is. Prints the figures,
-the overhead over the baseline and the ratio, next to the targets (bwrap <= 15 ms over
-bare, docker <= 400 ms). Asserts nothing.
+sandbox's favour; ``bare+site`` shows the host interpreter as it is. A backend's teardown
+that runs after the result, off the trial's clock (bwrap removes the cgroup and closes the
+sockets on a background thread), is waited for between runs, untimed, so that it never
+slows the next runner down. Prints the figures, the overhead over the baseline and the
+ratio, next to the targets (bwrap <= 15 ms over bare, docker <= 400 ms). Asserts nothing.
 
     python benchmarks/sandbox_bench.py [--runs 20] [--backends bwrap,docker,process]
 """
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from holedger.sandboxes import BACKEND_NAMES, _make
+from holedger.sandboxes import BACKEND_NAMES, _make, settle
 from holedger.sandboxes.runtime import host_interpreter
 from holedger.sandboxes.spec import Backend, Limits, SandboxSpec
 
@@ -67,11 +69,13 @@ def main() -> None:
         for _ in range(args.warmup):
             for _, fn in runners:
                 fn()
+                settle()
         for _ in range(args.runs):
             for name, fn in runners:
                 start = time.perf_counter()
                 fn()
                 samples[name].append((time.perf_counter() - start) * 1000)
+                settle()
 
     base = statistics.median(samples["bare"])
     print(f"python3 -c pass, median of {args.runs} runs ({sys.version.split()[0]})")

@@ -67,6 +67,15 @@ def get_backend(name: str | None = None) -> Backend:
     )
 
 
+def settle(timeout_s: float = 30.0) -> None:
+    """Wait until the background teardown of finished trials (their cgroups and sockets,
+    which bwrap removes off the trial's clock) is done; for benchmarks and tests."""
+    if "bwrap" in _BACKENDS:
+        from holedger.sandboxes.bwrap import settle as settle_bwrap
+
+        settle_bwrap(timeout_s)
+
+
 def available_backends() -> list[tuple[str, bool, str]]:
     """(name, works here, why) for every backend, strongest first."""
     out = []
@@ -85,4 +94,5 @@ __all__ = [
     "SandboxSpec",
     "available_backends",
     "get_backend",
+    "settle",
 ]

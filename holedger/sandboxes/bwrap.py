@@ -12,23 +12,35 @@ One trial = one bwrap sandbox:
 * limits: a per-trial cgroup (v2 or v1) when holedger may make one, else rlimits;
 * the whole tree dies at the timeout (cgroup freeze + kill, or the pid namespace's init).
 
-Inside, a small sh wrapper (pid 2) runs the harness, reports its exit status on a pipe
-and waits; holedger then lists what else still runs in the pid namespace (leftover
-processes, ``process_left_behind``) before releasing the wrapper, whose exit ends the
-namespace and kills the rest.
+holedger starts bwrap from the calling thread (the parent ``--die-with-parent`` watches),
+moved for the moment into the trial's network namespace (made ahead, or made now). With a
+cgroup, a small sh step first moves itself into the group, then becomes bwrap. While
+bwrap builds the sandbox, holedger binds the relays (and the recorder, unless made ahead)
+in the namespace; bwrap waits at ``--block-fd`` until holedger has given the sandbox's
+init the trial's rlimits, so the harness starts confined.
+
+Inside, a small sh wrapper (pid 2) runs the harness, reports its exit status over a
+socket the harness cannot reopen, and waits; holedger then lists what else still runs in
+the pid namespace (leftover processes, ``process_left_behind``) and kills the namespace's
+init, which takes everything else along. Removing the cgroup and closing the sockets
+happen off the trial's clock.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
 import math
 import os
+import resource
 import select
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +49,9 @@ from holedger.errors import SandboxError
 from holedger.sandboxes import cgroups
 from holedger.sandboxes.common import (
     Ending,
-    TrialIO,
+    Janitor,
+    UnnamedIO,
+    empty_dir,
     etc_dir,
     leftover_observation,
     pidns_members,
@@ -60,23 +74,74 @@ from holedger.sandboxes.spec import (
     SandboxSpec,
 )
 
-# Runs on the host as bwrap's parent: join the trial's cgroups, move the status pipe (its
-# stdout) to fd 3 and the release pipe (its stdin) to fd 4, open the trial's stdin and
-# stdout files, then become bwrap. $1 = stdin file, $2 = stdout file, $3.. = cgroup files.
-HOST_WRAPPER = (
-    'IN=$1 OUT=$2; shift 2; for f; do shift; [ "$f" = -- ] && break; '
-    'echo $$ > "$f" || exit 125; done; exec 3>&1 4<&0 <"$IN" >"$OUT"; exec "$@"'
-)
-# Runs inside as pid 2 (fds 3 and 4 inherited through bwrap). $1.. = ulimit pairs, "--",
-# argv. The harness gets neither fd, and its stderr stays apart from the wrapper's.
+# Runs inside as pid 2: runs the harness, reports its exit status, then waits for good
+# (holedger ends the sandbox). bwrap's stdin is the status channel, one end of a socket
+# pair: a socket cannot be reopened through /proc/PID/fd, so the harness cannot write a
+# status of its own there. The harness gets its stdin from STDIN_PATH, bwrap's stdout and
+# stderr (the trial's output files), and no other descriptor.
+STDIN_PATH = "/run/holedger/stdin"
 WRAPPER = (
-    'while [ "$1" != -- ]; do ulimit "$1" "$2" 2>/dev/null; shift 2; done; shift; '
-    'exec 5>&2 2>/dev/null; "$@" 2>&5 5>&- 3>&- 4<&-; rc=$?; echo "$rc" >&3; '
-    "exec 3>&-; read _ <&4; exit $rc"
+    f'exec 3<&0 <{STDIN_PATH} 5>&2 2>/dev/null; "$@" 2>&5 5>&- 3>&-; rc=$?; echo "$rc" >&3; '
+    "read _ <&3; exit $rc"
 )
-POLL_S = 0.05
-# The whole environment of the host wrapper and of bwrap (both use absolute paths).
+# Runs on the host when there is a cgroup: moves itself into it ($1.. = the group's join
+# files, up to "--"), then becomes bwrap, which so starts inside.
+HOST_JOIN = 'for f; do shift; [ "$f" = -- ] && break; echo 0 >"$f" || exit 125; done; exec "$@"'
+# The whole environment of the host step and of bwrap (both use absolute paths).
 HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+POLL_S = 0.05
+_JANITOR = Janitor()
+
+
+class _NetnsPool:
+    """One trial network namespace made ahead (loopback up, recorder bound), refilled by
+    the janitor after each trial, off the trial's clock. Each namespace serves one trial."""
+
+    def __init__(self) -> None:
+        self._spare: NetnsServices | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+
+    def take(self, relays: dict[int, Path]) -> NetnsServices:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is None:
+            return NetnsServices(relays, record=True)
+        spare.relays = dict(relays)
+        return spare
+
+    def refill(self) -> None:
+        with self._lock:
+            if self._spare is not None or self._closed:
+                return
+        services = NetnsServices({}, record=True)
+        try:
+            services.prepare()
+        except (OSError, SandboxError):
+            services.close()
+            return
+        with self._lock:
+            keep = self._spare is None and not self._closed
+            if keep:
+                self._spare = services
+        if not keep:
+            services.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
+
+
+_NETNS = _NetnsPool()
+
+
+def settle(timeout_s: float = 30.0) -> None:
+    """Wait until the teardown queued by finished trials is done."""
+    _JANITOR.drain(timeout_s)
 
 
 def _find(name: str) -> str | None:
@@ -94,6 +159,69 @@ def _bwrap_version(path: str) -> tuple[int, ...]:
 
 def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
+
+
+@lru_cache(maxsize=16)
+def _static_args(
+    bwrap: str,
+    interp: Interpreter,
+    runtime: Path,
+    etc: Path,
+    empty: Path,
+    tmp_mb: int,
+    extra: tuple[Path, ...],
+    disable_userns: bool,
+) -> tuple[str, ...]:
+    """The part of bwrap's command line that is the same for every trial of a setup."""
+    a: list[str] = [
+        bwrap,
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+    ]
+    if disable_userns:
+        # The seccomp filter already denies new user namespaces, and this costs ~5 ms.
+        a += ["--disable-userns"]
+    a += ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / top
+        if host.is_symlink():
+            a += ["--symlink", os.readlink(host), f"/{top}"]
+        elif host.is_dir():
+            a += ["--ro-bind", str(host), f"/{top}"]
+    a += ["--ro-bind", str(etc), "/etc"]  # one mount: every bind costs bwrap ~0.3 ms
+    a += ["--proc", "/proc", "--dev", "/dev"]
+    a += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    # /dev's own tmpfs has no size (half the host's memory): give /dev/shm /tmp's limit,
+    # or without cgroups a harness could fill host memory through it.
+    a += ["--perms", "1777", "--size", str(tmp_mb * 1024 * 1024)]
+    a += ["--tmpfs", "/dev/shm"]
+    visible = [Path("/usr"), interp.stdlib]
+    a += ["--ro-bind", str(interp.stdlib), str(interp.stdlib)]
+    if not _under(interp.executable, visible):
+        a += ["--ro-bind", str(interp.executable), str(interp.executable)]
+    if interp.shared_lib and not _under(interp.shared_lib, visible):
+        a += ["--ro-bind", str(interp.shared_lib), str(interp.shared_lib)]
+    for path in extra:
+        a += ["--ro-bind", str(path), str(path)]
+    for hidden in interp.hidden:
+        if _under(hidden, visible + list(extra)):
+            a += ["--ro-bind", str(empty), str(hidden)]
+    a += ["--ro-bind", str(runtime), RUNTIME_DIR]
+    a += ["--dir", BIN_DIR]
+    for name in ("python3", "python"):
+        a += ["--symlink", str(interp.executable), f"{BIN_DIR}/{name}"]
+    return tuple(a)
 
 
 class BwrapBackend:
@@ -167,75 +295,37 @@ class BwrapBackend:
         interp: Interpreter,
         runtime: Path,
         etc: Path,
+        empty: Path,
         seccomp_fd: int | None,
         info_fd: int,
-        rlimits: list[tuple[str, int]],
+        block_fd: int,
+        stdin_fd: int,
     ) -> list[str]:
-        """The bwrap command line for ``spec`` (no side effects; unit-testable)."""
+        """The bwrap command line for ``spec`` (no side effects; unit-testable).
+
+        bwrap copies the trial's stdin from ``stdin_fd`` to STDIN_PATH; ``block_fd``
+        holds the sandbox back, set up, until holedger has given it its rlimits."""
         assert self.bwrap
-        a: list[str] = [
-            self.bwrap,
-            "--unshare-user",
-            "--uid",
-            str(SANDBOX_UID),
-            "--gid",
-            str(SANDBOX_GID),
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-            "--hostname",
-            "sandbox",
-        ]
-        if seccomp_fd is None and _bwrap_version(self.bwrap) >= (0, 8):
-            # The seccomp filter already denies new user namespaces, and this costs ~5 ms.
-            a += ["--disable-userns"]
-        a += ["--ro-bind", "/usr", "/usr"]
-        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            host = Path("/") / top
-            if host.is_symlink():
-                a += ["--symlink", os.readlink(host), f"/{top}"]
-            elif host.is_dir():
-                a += ["--ro-bind", str(host), f"/{top}"]
-        for name in sorted(os.listdir(etc)):
-            a += ["--ro-bind", str(etc / name), f"/etc/{name}"]
-        if Path("/etc/ld.so.cache").is_file():
-            a += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-        a += ["--proc", "/proc", "--dev", "/dev"]
-        a += ["--size", str(spec.limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-        # /dev's own tmpfs has no size (half the host's memory): give /dev/shm /tmp's limit,
-        # or without cgroups a harness could fill host memory through it.
-        a += ["--perms", "1777", "--size", str(spec.limits.tmp_mb * 1024 * 1024)]
-        a += ["--tmpfs", "/dev/shm"]
-        visible = [Path("/usr"), interp.stdlib]
-        a += ["--ro-bind", str(interp.stdlib), str(interp.stdlib)]
-        if not _under(interp.executable, visible):
-            a += ["--ro-bind", str(interp.executable), str(interp.executable)]
-        if interp.shared_lib and not _under(interp.shared_lib, visible):
-            a += ["--ro-bind", str(interp.shared_lib), str(interp.shared_lib)]
-        extra = [Path(p).resolve() for p in spec.extra_ro_binds]
-        for path in extra:
-            a += ["--ro-bind", str(path), str(path)]
-        for hidden in interp.hidden:
-            if _under(hidden, visible + extra):
-                a += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
-        a += ["--ro-bind", str(runtime), RUNTIME_DIR]
-        a += ["--dir", BIN_DIR]
-        for name in ("python3", "python"):
-            a += ["--symlink", str(interp.executable), f"{BIN_DIR}/{name}"]
+        extra = tuple(Path(p).resolve() for p in spec.extra_ro_binds)
+        disable_userns = seccomp_fd is None and _bwrap_version(self.bwrap) >= (0, 8)
+        a = list(
+            _static_args(
+                self.bwrap, interp, runtime, etc, empty, spec.limits.tmp_mb, extra, disable_userns
+            )
+        )
         a += ["--ro-bind", str(Path(spec.code_dir).resolve()), CODE_DIR, "--chdir", CODE_DIR]
+        a += ["--dir", str(Path(STDIN_PATH).parent), "--perms", "0444"]
+        a += ["--file", str(stdin_fd), STDIN_PATH]
+        # Last: the root itself (a tmpfs without a size) read-only, or a harness could fill
+        # host memory through it when there is no cgroup.
+        a += ["--remount-ro", "/"]
         a += ["--clearenv"]
         for key, value in sorted(sandbox_env(spec).items()):
             a += ["--setenv", key, value]
         if seccomp_fd is not None:
             a += ["--seccomp", str(seccomp_fd)]
-        a += ["--info-fd", str(info_fd)]
-        a += ["--", "/bin/sh", "-c", WRAPPER, "wrapper"]
-        for flag, amount in rlimits:
-            a += [flag, str(amount)]
-        a += ["--", *spec.argv]
+        a += ["--info-fd", str(info_fd), "--block-fd", str(block_fd)]
+        a += ["--", "/bin/sh", "-c", WRAPPER, "wrapper", *spec.argv]
         return a
 
     # ------------------------------------------------------------------ run
@@ -262,7 +352,7 @@ def _interp() -> Interpreter:
 
 @lru_cache(maxsize=1)
 def _runtime() -> Path:
-    return build_runtime()
+    return build_runtime().resolve()
 
 
 class _Trial:
@@ -270,9 +360,12 @@ class _Trial:
 
     def __init__(self, backend: BwrapBackend, spec: SandboxSpec) -> None:
         self.backend, self.spec, self.limits = backend, spec, spec.limits
-        self.io = TrialIO(spec.limits)
+        self.io: UnnamedIO | None = None
         self.fds: list[int] = []
         self.observations: list[Observation] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cg: cgroups.TrialCgroup | None = None
+        self.init_pid: int | None = None
 
     def _pipe(self) -> tuple[int, int]:
         r, w = os.pipe()
@@ -280,7 +373,8 @@ class _Trial:
         return r, w
 
     def _high(self, fd: int) -> int:
-        """A copy of ``fd`` numbered 10 or above (the wrappers own fds 0 to 9)."""
+        """A copy of ``fd`` numbered 10 or above, clear of the descriptors bwrap and the
+        wrapper use by number; the original is closed."""
         high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
         self.fds.append(high)
         self._close(fd)
@@ -292,101 +386,155 @@ class _Trial:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def run(self) -> SandboxResult:
-        cg = cgroups.manager().create(self.spec.label or "trial", self.limits)
-        services = NetnsServices(self.spec.relays, record=True)
+    def _pidfd(self, pid: int) -> int | None:
+        """A descriptor that becomes readable when process ``pid`` ends (None if it did)."""
         try:
-            return self._run(cg, services)
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            return None
+        self.fds.append(fd)
+        return fd
+
+    def _socketpair(self) -> tuple[int, int]:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = (a.detach(), b.detach())
+        self.fds += fds
+        return fds
+
+    def _copy(self, fd: int) -> int:
+        """A copy of ``fd`` numbered 10 or above, closed with the trial's descriptors."""
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        self.fds.append(high)
+        return high
+
+    def run(self) -> SandboxResult:
+        services = _NETNS.take(self.spec.relays)
+        try:
+            return self._run(services)
         finally:
-            observed = services.close()
-            self.observations[:0] = observed
-            if cg is not None:
-                cg.remove()
+            if self.proc is not None and self.proc.returncode is None:
+                # Only on an error: the sandbox never got as far as being reaped.
+                self._kill(self.cg, self.init_pid, self.proc)
+                _reap(self.proc, self.init_pid, deadline_s=5.0)
+            self.observations[:0] = services.stop()
             for fd in list(self.fds):
                 self._close(fd)
-            self.io.cleanup()
+            if self.io is not None:
+                self.io.close()
+            # Nothing of the trial runs any more (checked above): the rest can wait.
+            _JANITOR.submit(services.close)
+            _JANITOR.submit(_NETNS.refill)
+            if self.cg is not None:
+                _JANITOR.submit(self.cg.remove)
 
-    def _run(self, cg: cgroups.TrialCgroup | None, services: NetnsServices) -> SandboxResult:
+    def _rlimits(self) -> list[tuple[int, tuple[int, int]]]:
+        cpu = max(1, math.ceil(self.limits.cpu_time_s))
+        limits = [
+            (resource.RLIMIT_CORE, (0, 0)),
+            # soft below hard: SIGXCPU (status 152) at the limit, SIGKILL a second later
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        ]
+        if self.cg is None:
+            memory = self.limits.memory_mb * 1024 * 1024
+            limits.append((resource.RLIMIT_AS, (memory, memory)))
+        return limits
+
+    def _confine(self, init: int) -> None:
+        """Give the sandbox's init, still held at --block-fd, the trial's rlimits; the
+        harness inherits them."""
+        try:
+            for which, value in self._rlimits():
+                resource.prlimit(init, which, value)
+        except ProcessLookupError:
+            pass  # bwrap died during its setup: the status wait sees it end
+        except OSError as exc:
+            raise SandboxError(f"cannot set the sandbox's rlimits: {exc}") from exc
+
+    def _run(self, services: NetnsServices) -> SandboxResult:
         start = time.monotonic()
-        self.io.prepare(self.spec.stdin)
+        deadline = start + self.limits.wall_s
+        self.io = io = UnnamedIO(self.limits, self.spec.stdin)
         program, _ = filter_for_host() if self.backend.use_seccomp else (None, "")
         seccomp_fd = None
         if program is not None:
             seccomp_fd, w = self._pipe()
             os.write(w, program)
             self._close(w)
-        info_r, info_w = self._pipe()
-        status_r, status_w = self._pipe()
-        release_r, release_w = self._pipe()
-        if seccomp_fd is not None:
             seccomp_fd = self._high(seccomp_fd)
-        info_w = self._high(info_w)
-        rlimits: list[tuple[str, int]] = [
-            ("-c", 0),
-            # soft below hard: SIGXCPU (status 152) at the limit, SIGKILL a second later
-            ("-St", max(1, math.ceil(self.limits.cpu_time_s))),
-            ("-Ht", max(1, math.ceil(self.limits.cpu_time_s)) + 1),
-        ]
-        if cg is None:
-            rlimits.append(("-v", self.limits.memory_mb * 1024))
+        info_r, info_w = self._pipe()
+        block_r, block_w = self._pipe()
+        status_r, status_w = self._socketpair()
+        info_w, block_r = self._high(info_w), self._high(block_r)
+        stdin_fd = self._copy(io.stdin_fd)
+        os.lseek(stdin_fd, 0, os.SEEK_SET)  # bwrap copies from the current offset
         argv = self.backend.build_argv(
             self.spec,
             interp=_interp(),
-            runtime=_runtime().resolve(),
-            etc=etc_dir().resolve(),
+            runtime=_runtime(),
+            etc=etc_dir(),
+            empty=empty_dir(),
             seccomp_fd=seccomp_fd,
             info_fd=info_w,
-            rlimits=rlimits,
+            block_fd=block_r,
+            stdin_fd=stdin_fd,
         )
-        procs = [str(f) for f in cg.procs_files] if cg is not None else []
-        argv = [
-            "/bin/sh",
-            "-c",
-            HOST_WRAPPER,
-            "host",
-            str(self.io.stdin_path),
-            str(self.io.stdout_path),
-            *procs,
-            "--",
-            *argv,
-        ]
-        pass_fds = [fd for fd in (seccomp_fd, info_w) if fd is not None]
-        with open(self.io.stderr_path, "wb") as ferr:
-
-            def spawn() -> subprocess.Popen[bytes]:
-                return subprocess.Popen(
-                    argv,
-                    stdin=release_r,
-                    stdout=status_w,
-                    stderr=ferr,
-                    pass_fds=pass_fds,
-                    close_fds=True,
-                    start_new_session=True,
-                    # bwrap stays pid 1 inside the sandbox, where /proc/1/environ is
-                    # readable: it must not carry the host's environment (keys, paths)
-                    # nor its working directory (PWD).
-                    env=HOST_ENV,
-                    cwd="/",
-                )
-
-            proc = services.setup_new(spawn)
-        for fd in (seccomp_fd, info_w, status_w, release_r):
+        pass_fds = [fd for fd in (seccomp_fd, info_w, block_r, stdin_fd) if fd is not None]
+        self.cg = cg = cgroups.manager().create(self.spec.label or "trial", self.limits)
+        if cg is not None:
+            joins = [str(f) for f in cg.join_files]
+            argv = [self.backend.sh or "/bin/sh", "-c", HOST_JOIN, "host", *joins, "--", *argv]
+        with services.entered():
+            # bwrap starts in the trial's new network namespace; the calling thread, which
+            # waits for the whole trial, is the parent that --die-with-parent watches.
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=status_w,
+                stdout=io.stdout_fd,
+                stderr=io.stderr_fd,
+                pass_fds=pass_fds,
+                close_fds=True,
+                start_new_session=True,
+                # bwrap stays pid 1 inside the sandbox, where /proc/1/environ is readable:
+                # it must not carry the host's environment (keys, paths) nor its working
+                # directory (PWD).
+                env=HOST_ENV,
+                cwd="/",
+            )
+            # While bwrap builds the sandbox: the namespace's relays and recorder ...
+            services.bind()
+        proc = self.proc
+        for fd in (seccomp_fd, info_w, block_r, status_w, stdin_fd):
             if fd is not None:
                 self._close(fd)
+        # ... and the rlimits. Then the sandbox may run the harness.
+        self.init_pid = init_pid = _read_child_pid(info_r, max(2.0, deadline - time.monotonic()))
+        init_fd = None
+        if init_pid is not None:
+            init_fd = self._pidfd(init_pid)
+            self._confine(init_pid)
+        else:
+            try:  # no pid: it ended before making a sandbox (the status wait says so)
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                raise SandboxError("bwrap did not report the sandbox's pid in time") from None
+        with contextlib.suppress(BrokenPipeError):
+            os.write(block_w, b"x")
+        self._close(block_w)
+        # Connections wait in the sockets' queues until this thread serves them.
+        services.start()
 
-        deadline = start + self.limits.wall_s
-        status_text, timed_out, flooded = self._wait_status(proc, status_r, deadline)
-        init_pid = _read_child_pid(info_r)
+        status_text, timed_out, flooded = self._wait_status(io, status_r, deadline)
         ns = pidns_of(init_pid) if init_pid else None
         exit_status: int | None = None
         if status_text is not None and not timed_out and not flooded:
             exit_status = int(status_text) if status_text.strip().isdigit() else None
             if ns is not None:
-                members = pidns_members(ns, cg.pids() if cg is not None else None)
+                members = pidns_members(ns, _candidates(cg))
                 left = [m for m in members if m[1] > 2]
                 if _wrapper_still_waits(members):
-                    # The harness wrote the status itself (it may open the wrapper's pipe
-                    # through /proc/2/fd): nothing it reported counts, and it stops now.
+                    # A status while the harness still runs is not the wrapper's (the
+                    # harness cannot reopen the socket; this stays a check): nothing it
+                    # reported counts, and it stops now.
                     exit_status = None
                     self.observations.append(
                         Observation("sandbox_error", "exit status forged by the harness")
@@ -400,11 +548,19 @@ class _Trial:
             )
         if timed_out or flooded:
             self._kill(cg, init_pid, proc)
-        self._close(release_w)
+        else:
+            # The wrapper waits for good: killing the init ends the pid namespace (the
+            # wrapper with it) at once, and bwrap has nothing more to do.
+            self._kill(None, init_pid, proc)
         code, cpu_ms_rusage = _reap(proc, init_pid, deadline_s=5.0)
-        if cg is not None:
-            cg.kill_all()
-        if ns is not None and pidns_members(ns, cg.pids() if cg is not None else None):
+        if init_fd is not None:
+            # The init dies with bwrap (--die-with-parent) and takes the namespace along;
+            # once it is gone nothing of the sandbox is left for the cgroup sweep to find.
+            select.select([init_fd], [], [], 1.0)
+        # The sweep finds nothing unless something outlived the namespace's end; only then
+        # is there more to check.
+        swept = cg.kill_all() if cg is not None else None
+        if (swept is None or swept) and ns is not None and pidns_members(ns, _candidates(cg)):
             self._kill(cg, init_pid, proc)
             self.observations.append(Observation("sandbox_error", "processes survived teardown"))
         if exit_status is None and status_text is None and not timed_out and not flooded:
@@ -421,7 +577,7 @@ class _Trial:
             cpu_ms=cg.cpu_ms() if cg is not None else cpu_ms_rusage,
         )
         return trial_result(
-            self.io,
+            io,
             self.limits,
             ending,
             self.observations,
@@ -431,7 +587,7 @@ class _Trial:
         )
 
     def _wait_status(
-        self, proc: subprocess.Popen[bytes], status_r: int, deadline: float
+        self, io: UnnamedIO, status_r: int, deadline: float
     ) -> tuple[str | None, bool, bool]:
         """(status line or None, timed out, output flood)."""
         buf = b""
@@ -447,7 +603,7 @@ class _Trial:
                 buf += chunk
                 if buf.endswith(b"\n"):
                     return buf.decode().strip(), False, False
-            if self.io.flooded():
+            if io.flooded():
                 return None, False, True
 
     def _kill(
@@ -459,6 +615,11 @@ class _Trial:
             if pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _candidates(cg: cgroups.TrialCgroup | None) -> list[int] | None:
+    """Where to look for the sandbox's processes: its cgroup, else all of /proc."""
+    return cg.members() if cg is not None else None
 
 
 def _wrapper_still_waits(members: list[tuple[int, int, str]]) -> bool:
@@ -474,9 +635,9 @@ def _wrapper_still_waits(members: list[tuple[int, int, str]]) -> bool:
     )
 
 
-def _read_child_pid(info_r: int) -> int | None:
+def _read_child_pid(info_r: int, timeout_s: float) -> int | None:
     """bwrap's --info-fd JSON: {"child-pid": N, ...} (the pid namespace's init)."""
-    ready, _, _ = select.select([info_r], [], [], 2.0)
+    ready, _, _ = select.select([info_r], [], [], timeout_s)
     if not ready:
         return None
     data = b""
@@ -499,19 +660,33 @@ def _reap(
     proc: subprocess.Popen[bytes], init_pid: int | None, deadline_s: float
 ) -> tuple[int | None, int | None]:
     """Wait for bwrap (killing it past the deadline); (exit code, CPU ms of the tree)."""
+    if proc.returncode is not None:  # already reaped (it failed before making a sandbox)
+        code = proc.returncode
+        return (128 - code if code < 0 else code), None
+    pidfd = None
+    with contextlib.suppress(OSError, AttributeError):
+        pidfd = os.pidfd_open(proc.pid)
     end = time.monotonic() + deadline_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid == proc.pid:
-            break
-        if time.monotonic() > end:
-            for p in (init_pid, proc.pid):
-                if p:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p, signal.SIGKILL)
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.001)
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            left = end - time.monotonic()
+            if left <= 0:
+                for p in (init_pid, proc.pid):
+                    if p:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(p, signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)  # readable once bwrap has exited
+            else:
+                time.sleep(0.001)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     cpu = int((usage.ru_utime + usage.ru_stime) * 1000)

@@ -97,6 +97,35 @@ class TrialCgroup:
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs.values()]
 
+    @property
+    def join_files(self) -> list[Path]:
+        """Where a process writes "0" to move itself into the group.
+
+        v1: each ``tasks`` file. Moving the writing thread itself (a single-threaded
+        process, then) skips the global lock that moving a given pid takes, which waits for
+        an RCU grace period: well under 1 ms against often 10 ms or more.
+        v2: ``cgroup.procs``."""
+        name = "cgroup.procs" if self.version == 2 else "tasks"
+        return [d / name for d in self.dirs.values()]
+
+    def members(self) -> list[int]:
+        """The group's processes, from one controller: every process of a trial joins all
+        of them together and cannot leave, so one listing is enough to look."""
+        first = next(iter(self.dirs.values())) / "cgroup.procs"
+        try:
+            fd = os.open(first, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return []
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        return [int(x) for x in b"".join(chunks).split()]
+
     def pids(self) -> list[int]:
         found: set[int] = set()
         for f in self.procs_files:
@@ -126,6 +155,8 @@ class TrialCgroup:
     def kill_all(self, deadline_s: float = 5.0) -> list[int]:
         """Freeze, SIGKILL every member, thaw; repeat until empty. Returns what was killed."""
         killed: set[int] = set()
+        if not self.members():
+            return []
         end = time.monotonic() + deadline_s
         while True:
             pids = self.pids()

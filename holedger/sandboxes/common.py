@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import hashlib
+import json
 import os
+import queue
 import shutil
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from holedger.sandboxes.runtime import cache_root
 from holedger.sandboxes.spec import (
@@ -48,21 +55,65 @@ def sandbox_env(spec: SandboxSpec, runtime_dir: str = RUNTIME_DIR) -> dict[str, 
     return env
 
 
+LOADER_CACHE = Path("/etc/ld.so.cache")
+_ETC_DIRS: dict[str, Path] = {}
+_EMPTY_DIRS: dict[str, Path] = {}
+
+
 def etc_dir() -> Path:
-    """A cached directory holding the synthetic /etc files a sandbox sees."""
-    root = cache_root() / "sandbox-etc-1"
-    if all((root / name).is_file() for name in ETC_FILES):
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".etc-", dir=root.parent))
-    for name, text in ETC_FILES.items():
-        (work / name).write_text(text)
-        os.chmod(work / name, 0o644)
-    os.chmod(work, 0o755)
+    """A cached directory holding the /etc a sandbox sees: the synthetic files and a copy
+    of the host's loader cache, so that one read-only mount gives all of it.
+
+    Keyed by the synthetic files and the loader cache's identity (ldconfig replaces the
+    file, so a new inode, size or time makes a new directory)."""
+    digest = hashlib.sha256(json.dumps(ETC_FILES, sort_keys=True).encode()).hexdigest()[:12]
     try:
-        os.rename(work, root)
+        st = LOADER_CACHE.stat()
+        key = f"{digest}-{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"
     except OSError:
-        shutil.rmtree(work, ignore_errors=True)
+        key = f"{digest}-none"
+    base = cache_root()
+    known = _ETC_DIRS.get(f"{base}/{key}")
+    if known is not None:
+        return known
+    root = base / f"sandbox-etc-{key}"
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".etc-", dir=root.parent))
+        for name, text in ETC_FILES.items():
+            (work / name).write_text(text)
+        if not key.endswith("-none"):
+            shutil.copyfile(LOADER_CACHE, work / LOADER_CACHE.name)
+        for f in work.iterdir():
+            os.chmod(f, 0o644)
+        os.chmod(work, 0o755)
+        try:
+            os.rename(work, root)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+        for old in root.parent.glob(f"sandbox-etc-{digest}-*"):  # superseded loader caches
+            if old != root:
+                shutil.rmtree(old, ignore_errors=True)
+    _ETC_DIRS[f"{base}/{key}"] = root = root.resolve()
+    return root
+
+
+def empty_dir() -> Path:
+    """A cached empty directory, mounted read-only over what a sandbox must not see."""
+    base = cache_root()
+    known = _EMPTY_DIRS.get(str(base))
+    if known is not None:
+        return known
+    root = base / "sandbox-empty-1"
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".empty-", dir=root.parent))
+        os.chmod(work, 0o755)
+        try:
+            os.rename(work, root)
+        except OSError:
+            work.rmdir()
+    _EMPTY_DIRS[str(base)] = root = root.resolve()
     return root
 
 
@@ -107,13 +158,93 @@ class TrialIO:
     def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def outputs(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
+        """(stdout, truncated) and (stderr, truncated), each cut at the cap."""
+        return self.collect(self.stdout_path), self.collect(self.stderr_path)
+
+
+class UnnamedIO:
+    """stdin, stdout and stderr of one trial as unnamed in-memory files, held open.
+
+    Files for the same reason as :class:`TrialIO`, but with no directory to make or remove
+    (they vanish when closed), and in memory: what a harness writes is charged to its
+    cgroup. A sandbox reaches them through descriptors it inherits.
+    """
+
+    def __init__(self, limits: Limits, stdin: bytes) -> None:
+        self.limits = limits
+        fds: list[int] = []
+        try:
+            for name in ("stdin", "stdout", "stderr"):
+                fds.append(_unnamed_file(name))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self.stdin_fd, self.stdout_fd, self.stderr_fd = fds
+        view = memoryview(stdin)
+        while view:
+            view = view[os.write(self.stdin_fd, view) :]
+
+    def flooded(self) -> bool:
+        cap = self.limits.output_bytes * OUTPUT_FLOOD_FACTOR + 65536
+        return any(os.fstat(fd).st_size > cap for fd in (self.stdout_fd, self.stderr_fd))
+
+    def _collect(self, fd: int) -> tuple[bytes, bool]:
+        cap = self.limits.output_bytes
+        data = b""
+        while len(data) <= cap:
+            chunk = os.pread(fd, cap + 1 - len(data), len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data[:cap], len(data) > cap
+
+    def outputs(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
+        return self._collect(self.stdout_fd), self._collect(self.stderr_fd)
+
+    def close(self) -> None:
+        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _unnamed_file(name: str) -> int:
+    """A new read-write file with no name: a memfd, else a file in a private temporary
+    directory, unlinked at once."""
+    with contextlib.suppress(OSError, AttributeError):
+        return os.memfd_create(f"holedger-{name}", os.MFD_CLOEXEC)
+    work = tempfile.mkdtemp(prefix="holedger-io-")
+    try:
+        path = os.path.join(work, name)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(path)
+        return fd
+    finally:
+        os.rmdir(work)
+
+
+class TrialOutputs(Protocol):
+    """What :func:`trial_result` reads a trial's output from."""
+
+    def outputs(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]: ...
+
 
 def proc_status(pid: int) -> dict[str, str]:
     out: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            out[key] = value.strip()
+    try:
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return out
+    try:
+        data = os.read(fd, 16384)  # one read: the whole file, as procfs generates it
+    except OSError:
+        return out
+    finally:
+        os.close(fd)
+    for line in data.decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.strip()
     return out
 
 
@@ -147,6 +278,41 @@ def leftover_observation(left: list[tuple[int, int, str]]) -> Observation:
         "process_left_behind",
         f"{len(left)} process(es) still running after the harness exited: {names}",
     )
+
+
+class Janitor:
+    """Runs steps off the trial's clock (removing a dead trial's cgroup, closing its sockets,
+    making the next trial's network namespace), in order, on one daemon thread; what is
+    queued is drained when the interpreter exits.
+
+    Whatever a crash leaves is found later by ``holedger sandbox gc`` (empty cgroups)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Callable[[], object]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, step: Callable[[], object]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="holedger-janitor", daemon=True
+                )
+                self._thread.start()
+                atexit.register(self.drain)
+        self._queue.put(step)
+
+    def _work(self) -> None:
+        while True:
+            step = self._queue.get()
+            with contextlib.suppress(Exception):
+                step()
+            self._queue.task_done()
+
+    def drain(self, timeout_s: float = 30.0) -> None:
+        end = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < end:
+            time.sleep(0.002)
 
 
 SIGXCPU_STATUS = 128 + 24  # the exit status of a process killed at its CPU-time rlimit
@@ -196,7 +362,7 @@ class Ending:
 
 
 def trial_result(
-    io: TrialIO,
+    io: TrialOutputs,
     limits: Limits,
     ending: Ending,
     observations: list[Observation],
@@ -209,8 +375,7 @@ def trial_result(
 
     ``observations`` (what the backend saw during the run) is extended in place.
     """
-    stdout, out_trunc = io.collect(io.stdout_path)
-    stderr, err_trunc = io.collect(io.stderr_path)
+    (stdout, out_trunc), (stderr, err_trunc) = io.outputs()
     observations += limit_observations(
         timed_out=ending.timed_out,
         oom=ending.oom,

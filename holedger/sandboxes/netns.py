@@ -1,10 +1,12 @@
 """Host-side services inside a trial's network namespace: relays and the attempt recorder.
 
 A trial's network namespace has only a loopback interface. holedger (as root) configures
-it from the host, in a short-lived thread that has entered the namespace, and binds every
-socket there before the harness starts; the sockets stay in that namespace while a host
-thread serves them. The candidate therefore cannot kill, replace or reconfigure any of it
-(it runs as uid 65534 with no capabilities over this namespace, which the host owns).
+it from the host, in a thread that has entered the namespace for the moment (bwrap: the
+trial's own thread, or the thread that made the namespace ahead; docker: a short-lived
+one), and binds every socket there before the harness starts; the sockets stay in that
+namespace while a host thread serves them. The candidate therefore cannot kill, replace
+or reconfigure any of it (it runs as uid 65534 with no capabilities over this namespace,
+which the host owns).
 
 * **Relays**: ``127.0.0.1:PORT`` inside forwards each connection to one host unix socket
   (the gateway, the server API). Nothing else is reachable.
@@ -25,7 +27,7 @@ import selectors
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -196,17 +198,21 @@ class NetnsServices:
         self._relaying = 0
         self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
-        self._closed = False
+        self._closed = False  # serving stopped
+        self._released = False  # sockets closed
+        self._configured = False  # loopback up, recorder bound
+        self._recorders: dict[int, socket.socket] = {}
+        self._netns: int | None = None  # held from prepare or entered until close
 
     # -- setup (runs in a thread that is inside the trial's netns) --
 
     def _bind_all(self) -> None:
         configure_loopback()
-        for port in sorted(self.relays):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", port))
-            s.listen(64)
-            self._add(s, ("relay", port))
+        self._bind_recorder()
+        self._bind_relays()
+
+    def _bind_recorder(self) -> None:
+        self._configured = True
         if not self.record:
             return
         for port in RECORDED_TCP_PORTS:
@@ -216,27 +222,78 @@ class NetnsServices:
             s.bind(("0.0.0.0", port))
             s.listen(16)
             self._add(s, ("tcp", port))
+            self._recorders[port] = s
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         udp.bind(("0.0.0.0", 53))
         self._add(udp, ("dns", 53))
+
+    def _bind_relays(self) -> None:
+        for port in sorted(self.relays):
+            recorder = self._recorders.pop(port, None)
+            if recorder is not None:  # bound ahead (prepare): the relay takes the port
+                self._selector.unregister(recorder)
+                self._sockets.remove(recorder)
+                recorder.close()
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", port))
+            s.listen(64)
+            self._add(s, ("relay", port))
 
     def _add(self, s: socket.socket, data: tuple[str, int]) -> None:
         s.setblocking(False)
         self._sockets.append(s)
         self._selector.register(s, selectors.EVENT_READ, data)
 
-    def setup_new(self, spawn: Callable[[], T]) -> T:
-        """Make a new netns, configure it, then call ``spawn`` inside it (children inherit)."""
-
-        def inside() -> T:
-            _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
-            self._bind_all()
-            return spawn()
-
+    def prepare(self) -> None:
+        """Make the namespace now, ahead of its trial: the calling thread enters a new one,
+        configures it and binds the recorder there, and is moved back. :meth:`entered`
+        then uses it, and :meth:`bind` adds only the relays."""
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return _in_thread(inside)
+            _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            try:
+                self._netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                configure_loopback()
+                self._bind_recorder()
+            finally:
+                _check(_libc.setns(home, CLONE_NEWNET), "setns(net) back to the host's")
         finally:
-            self._start()
+            os.close(home)
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[None]:
+        """Move the calling thread into this trial's network namespace (made now unless
+        :meth:`prepare` made it) for the ``with`` block.
+
+        Children spawned in the block inherit the namespace; call :meth:`bind` there (after
+        spawning, so it overlaps the child's own start) and :meth:`start` after the block.
+        The thread is moved back on leaving. Only this thread changes namespace."""
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            try:
+                if self._netns is None:
+                    _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+                    self._netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                else:
+                    _check(_libc.setns(self._netns, CLONE_NEWNET), "setns(net)")
+                yield
+            finally:
+                # Should this fail, the thread would stay cut off from the network.
+                _check(_libc.setns(home, CLONE_NEWNET), "setns(net) back to the host's")
+        finally:
+            os.close(home)
+
+    def bind(self) -> None:
+        """Configure the namespace and bind every socket in it not bound yet (call inside
+        :meth:`entered`)."""
+        if not self._configured:
+            configure_loopback()
+            self._bind_recorder()
+        self._bind_relays()
+
+    def start(self) -> None:
+        """Serve the bound sockets from a host thread."""
+        self._start()
 
     def setup_enter(self, pid: int) -> None:
         """Enter the netns of ``pid`` (e.g. a container's init) and configure it."""
@@ -355,14 +412,24 @@ class NetnsServices:
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
 
-    def close(self) -> list[Observation]:
-        """Stop serving, close every socket; return the observations."""
+    def stop(self) -> list[Observation]:
+        """Stop serving and return the observations; the sockets stay open until close."""
         if not self._closed:
             self._closed = True
             with contextlib.suppress(OSError):
                 os.write(self._wake_w, b"x")
             if self._thread is not None:
                 self._thread.join(timeout=5)
+        out = list(self.observations)
+        if self._dropped:
+            out.append(Observation("network_attempt", f"{self._dropped} more attempts"))
+        return out
+
+    def close(self) -> list[Observation]:
+        """Stop serving, close every socket; return the observations."""
+        out = self.stop()
+        if not self._released:
+            self._released = True
             with self._lock:
                 conns = list(self._conns)
             for s in [*self._sockets, *conns]:
@@ -371,9 +438,8 @@ class NetnsServices:
             self._selector.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
-        out = list(self.observations)
-        if self._dropped:
-            out.append(Observation("network_attempt", f"{self._dropped} more attempts"))
+            if self._netns is not None:
+                os.close(self._netns)
         return out
 
 

@@ -19,6 +19,7 @@ import errno
 import platform
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
@@ -151,6 +152,7 @@ def x86_64_filter() -> bytes:
     return _assemble(prog)
 
 
+@lru_cache(maxsize=1)
 def filter_for_host() -> tuple[bytes | None, str]:
     """(BPF program, description) for this machine; (None, why) where unsupported."""
     machine = platform.machine()

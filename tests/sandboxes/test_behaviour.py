@@ -283,3 +283,38 @@ def test_process_backend_relays_on_host_loopback(
     )
     assert result.exit_status == 0, result.stderr
     assert json.loads(result.stdout)["data"][0]["id"] == "sim-1"
+
+
+def test_namespace_made_ahead_hands_a_recorded_port_to_the_relay(gateway_socket: Path) -> None:
+    """bwrap trials take a network namespace made ahead of them, with the recorder already
+    listening on every recorded port. A relay on one of those ports (18080 is one) must take
+    the port over, and every other port must still be recorded."""
+    import os
+    import socket
+    import time
+    import urllib.request
+
+    from holedger.sandboxes.netns import RECORDED_TCP_PORTS, NetnsServices
+
+    if os.geteuid() != 0:
+        pytest.skip("making a network namespace needs root")
+    assert 18080 in RECORDED_TCP_PORTS
+    services = NetnsServices({}, record=True)
+    services.prepare()
+    try:
+        services.relays = {18080: gateway_socket}
+        with services.entered():
+            services.bind()
+        services.start()
+        with services.entered():  # this thread, as a harness would be
+            body = urllib.request.urlopen("http://127.0.0.1:18080/v1/models", timeout=10).read()
+            probe = socket.create_connection(("10.9.9.9", 80), timeout=5)
+            probe.close()
+        end = time.monotonic() + 5
+        while not services.observations and time.monotonic() < end:
+            time.sleep(0.01)  # the host thread accepts it
+        observed = [o.detail for o in services.stop()]
+    finally:
+        services.close()
+    assert json.loads(body)["data"][0]["id"] == "sim-1"
+    assert observed == ["tcp connect to 10.9.9.9:80"]

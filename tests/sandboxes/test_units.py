@@ -119,22 +119,31 @@ def test_bwrap_argv_isolates(tmp_path: Path) -> None:
         interp=interp,
         runtime=tmp_path,
         etc=tmp_path,
-        seccomp_fd=7,
+        empty=tmp_path / "empty",
+        seccomp_fd=17,
         info_fd=18,
-        rlimits=[("-St", 5)],
+        block_fd=19,
+        stdin_fd=20,
     )
     for flag in ("--unshare-user", "--unshare-pid", "--die-with-parent", "--clearenv"):
         assert flag in argv
     assert "--share-net" not in argv  # the netns is holedger's own
     assert argv[argv.index("--uid") + 1] == "65534"
-    assert argv[argv.index("--seccomp") + 1] == "7"
+    assert argv[argv.index("--seccomp") + 1] == "17"
+    assert argv[argv.index("--block-fd") + 1] == "19"  # held until confined
+    etc = argv.index("/etc")  # the synthetic /etc, one read-only mount
+    assert argv[etc - 2 : etc + 1] == ["--ro-bind", str(tmp_path), "/etc"]
     i = argv.index("--ro-bind", argv.index("--chdir") - 4)
     assert argv[i : i + 3] == ["--ro-bind", str(tmp_path.resolve()), "/code"]
     for hidden in interp.hidden:
         if str(hidden).startswith(str(interp.stdlib)):
-            assert argv[argv.index(str(hidden)) - 1] == "--tmpfs"
+            i = argv.index(str(hidden))
+            assert argv[i - 2 : i] == ["--ro-bind", str(tmp_path / "empty")]
     assert argv[-3:] == ["python3", "-m", "harness"]
-    assert argv[argv.index("-St") + 1] == "5"
+    assert argv[argv.index("--file") + 1] == "20"  # the trial's stdin, copied in
+    # the root is made read-only after everything in it exists
+    assert argv.index("--remount-ro") > max(i for i, a in enumerate(argv) if a == "--ro-bind")
+    assert argv[argv.index("--remount-ro") + 1] == "/"
     assert "--bind" not in argv  # nothing of the host is writable
 
 
@@ -201,3 +210,18 @@ def test_build_image_if_needed_keeps_a_current_image(docker_backend: object) -> 
     data = json.loads(result.output)
     assert data["built"] is False  # the docker backend is available, so its image is current
     assert data["tag"] and data["id"].startswith("sha256:")
+
+
+def test_etc_dir_holds_the_synthetic_files_and_the_loader_cache() -> None:
+    """bwrap mounts this one directory as /etc: the synthetic files and a current copy of
+    the host's loader cache, so that no host file is mounted there on its own."""
+    from holedger.sandboxes.common import ETC_FILES, LOADER_CACHE, etc_dir
+
+    etc = etc_dir()
+    for name, text in ETC_FILES.items():
+        assert (etc / name).read_text() == text
+    if LOADER_CACHE.is_file():
+        assert (etc / "ld.so.cache").read_bytes() == LOADER_CACHE.read_bytes()
+    assert sorted(p.name for p in etc.iterdir()) == sorted(
+        [*ETC_FILES, *(["ld.so.cache"] if LOADER_CACHE.is_file() else [])]
+    )

@@ -222,33 +222,65 @@ def test_nothing_a_trial_leaves_reaches_the_next(isolating: Backend, run_harness
     assert not any(json.loads(second.stdout).values()), second.stdout
 
 
-def test_bwrap_exit_status_forged_through_proc_does_not_count(
+def test_bwrap_exit_status_cannot_be_forged_through_proc(
     bwrap_backend: Backend, run_harness: Runner
 ) -> None:
-    """The harness shares a uid with the in-sandbox wrapper and can open its status pipe
-    through /proc/2/fd: a status it writes itself must not be taken as its exit, nor buy
-    it time after the host stopped watching the clock."""
+    """The harness shares a uid with bwrap's init (pid 1) and the in-sandbox wrapper (pid 2)
+    and can open what they hold through /proc/PID/fd. The exit-status channel must not be
+    among it: a status the harness wrote itself would end its trial on its own terms."""
     result = run_harness(
         bwrap_backend,
         """
-        import os, stat, time
-        for fd in os.listdir("/proc/2/fd"):
-            path = f"/proc/2/fd/{fd}"
-            try:
-                if stat.S_ISFIFO(os.stat(path).st_mode):
+        import json, os, stat
+        opened = []
+        for pid in (1, 2):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                path = f"/proc/{pid}/fd/{fd}"
+                try:
+                    mode = os.stat(path).st_mode
+                    if stat.S_ISREG(mode) or stat.S_ISCHR(mode):
+                        continue  # the trial's own stdin and output files, /dev/null
                     w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
                     os.write(w, b"0\\n")
-            except OSError:
-                pass
-        time.sleep(3)
-        print('{"late": true}', flush=True)
-        time.sleep(60)
+                    opened.append(os.readlink(path))
+                except OSError:
+                    pass
+        print(json.dumps(opened))
+        raise SystemExit(7)
         """,
-        limits=Limits(wall_s=30),
     )
-    assert result.exit_status != 0
-    assert b"late" not in result.stdout
-    assert "sandbox_error" in result.categories()
+    assert json.loads(result.stdout) == []
+    assert result.exit_status == 7
+    assert "sandbox_error" not in result.categories()
+
+
+def test_bwrap_harness_holds_only_stdio_and_cannot_write_the_root(
+    bwrap_backend: Backend, run_harness: Runner
+) -> None:
+    """The harness starts with descriptors 0 to 2 only (nothing of holedger's plumbing), and
+    the sandbox's root, a tmpfs without a size, is read-only: otherwise a harness under the
+    rlimit fallback could fill host memory through it."""
+    result = run_harness(
+        bwrap_backend,
+        """
+        import json, os, sys
+        fds = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+        out = {"fds": fds, "stdin": sys.stdin.read()}
+        for path in ("/fill", "/opt/fill", "/run/holedger/fill"):
+            try:
+                open(path, "w").close()
+                out[path] = "written"
+            except OSError as exc:
+                out[path] = exc.errno
+        print(json.dumps(out))
+        """,
+        stdin=b"case-input",
+    )
+    assert result.exit_status == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["fds"][:3] == [0, 1, 2] and len(out["fds"]) == 4  # + the listing's own
+    assert out["stdin"] == "case-input"
+    assert all(out[p] == 30 for p in ("/fill", "/opt/fill", "/run/holedger/fill"))  # EROFS
 
 
 def test_shared_memory_is_size_limited(isolating: Backend, run_harness: Runner) -> None:
