@@ -75,7 +75,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -91,9 +93,9 @@ def test_canonical_records_take_the_fast_path_and_agree(payload: dict[str, Any])
 
 
 def test_typical_events_take_the_fast_path() -> None:
-    rec = make({"call_id": "c-1", "tokens": {"input": 3, "output": 2}, "note": "é\n\t\"\\ \x01"})
+    rec = make({"call_id": "c-1", "tokens": {"input": 3, "output": 2}, "note": 'é\n\t"\\ \x01'})
     fast = agree(rec.raw)
-    assert fast is not None and fast.payload["note"] == "é\n\t\"\\ \x01"
+    assert fast is not None and fast.payload["note"] == 'é\n\t"\\ \x01'
     for role in ("server", "gateway", "sandbox"):
         assert agree(make({}, role=role, seq=0, event_type="RunOpened").raw) is not None
 
@@ -175,7 +177,7 @@ def test_non_canonical_signature_encoding_is_left_to_the_strict_parser() -> None
 @pytest.mark.parametrize("seed", range(4))
 def test_random_mutations_never_widen_acceptance(seed: int) -> None:
     rng = random.Random(seed)
-    base = make({"n": 12, "s": "a\\b\"c", "l": [1, "x", None, {"k": False}], "d": {"z": 0}}).raw
+    base = make({"n": 12, "s": 'a\\b"c', "l": [1, "x", None, {"k": False}], "d": {"z": 0}}).raw
     alphabet = b'{}[]",:0123456789.eE-+ \\/abtrufnl\x00\xc3\xa9'
     accepted = 0
     for _ in range(1500):
