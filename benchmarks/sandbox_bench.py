@@ -1,10 +1,11 @@
 """Start-to-exit overhead of each sandbox backend: ``python3 -c pass``, median of 20 runs.
 
 Bare python (the same interpreter, as a plain child process) is measured in the same run,
-interleaved with the backends, so machine load affects every column alike. The baseline is
-``python -S -c pass``: inside a sandbox every site-packages directory is hidden, so the
-host's .pth files (editable installs and the like, often tens of ms) must not count in the
-sandbox's favour; ``bare+site`` shows the host interpreter as it is. A backend's teardown
+interleaved with the backends (each round starting with the next one), so machine load
+affects every column alike. The baseline is ``python -S -c pass``: inside a sandbox
+every site-packages directory is hidden, so the host's .pth files (editable installs and
+the like, often tens of ms) must not count in the sandbox's favour; ``bare+site`` shows
+the host interpreter as it is. A backend's teardown
 that runs after the result, off the trial's clock (bwrap removes the cgroup and closes the
 sockets on a background thread), is waited for between runs, untimed, so that it never
 slows the next runner down. Prints the figures, the overhead over the baseline and the
@@ -70,8 +71,10 @@ def main() -> None:
             for _, fn in runners:
                 fn()
                 settle()
-        for _ in range(args.runs):
-            for name, fn in runners:
+        for i in range(args.runs):
+            # Each round starts with the next runner: the kernel's deferred cleanup of the
+            # previous sandbox (namespaces, mounts) slows whatever runs right after it.
+            for name, fn in runners[i % len(runners) :] + runners[: i % len(runners)]:
                 start = time.perf_counter()
                 fn()
                 samples[name].append((time.perf_counter() - start) * 1000)

@@ -7,17 +7,19 @@ One trial = one bwrap sandbox:
   owns (see ``netns``); ``--die-with-parent`` and ``--new-session``;
 * filesystem: an allowlist. ``/usr`` and the interpreter's own files read-only with every
   site-packages directory masked, the harness runtime at /opt/holedger/runtime, synthetic
-  /etc files, the candidate read-only at /code (the cwd), a size-limited private /tmp;
+  /etc files, the candidate read-only at /code (the cwd), a size-limited private /tmp and
+  /dev/shm, five device nodes in an otherwise read-only /dev;
 * seccomp: holedger's own filter (``seccomp``);
 * limits: a per-trial cgroup (v2 or v1) when holedger may make one, else rlimits;
 * the whole tree dies at the timeout (cgroup freeze + kill, or the pid namespace's init).
 
 holedger starts bwrap from the calling thread (the parent ``--die-with-parent`` watches),
-moved for the moment into the trial's network namespace (made ahead, or made now). With a
-cgroup, a small sh step first moves itself into the group, then becomes bwrap. While
-bwrap builds the sandbox, holedger binds the relays (and the recorder, unless made ahead)
-in the namespace; bwrap waits at ``--block-fd`` until holedger has given the sandbox's
-init the trial's rlimits, so the harness starts confined.
+moved for the moment into the trial's network namespace (made ahead, or made now) and,
+with cgroup v1, into the trial's group (made ahead too); with v2 a small sh step first
+moves itself into the group, then becomes bwrap. While bwrap builds the sandbox, holedger
+binds the relays (and the recorder, unless made ahead) in the namespace; bwrap waits at
+``--block-fd`` until holedger has given the sandbox's init the trial's rlimits, so the
+harness starts confined.
 
 Inside, a small sh wrapper (pid 2) runs the harness, reports its exit status over a
 socket the harness cannot reopen, and waits; holedger then lists what else still runs in
@@ -34,6 +36,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import resource
 import select
 import shutil
@@ -69,6 +72,7 @@ from holedger.sandboxes.spec import (
     RUNTIME_DIR,
     SANDBOX_GID,
     SANDBOX_UID,
+    Limits,
     Observation,
     SandboxResult,
     SandboxSpec,
@@ -84,12 +88,15 @@ WRAPPER = (
     f'exec 3<&0 <{STDIN_PATH} 5>&2 2>/dev/null; "$@" 2>&5 5>&- 3>&-; rc=$?; echo "$rc" >&3; '
     "read _ <&3; exit $rc"
 )
-# Runs on the host when there is a cgroup: moves itself into it ($1.. = the group's join
-# files, up to "--"), then becomes bwrap, which so starts inside.
+# Runs on the host when there is a v2 cgroup: moves itself into it ($1.. = the group's
+# join files, up to "--"), then becomes bwrap, which so starts inside.
 HOST_JOIN = 'for f; do shift; [ "$f" = -- ] && break; echo 0 >"$f" || exit 125; done; exec "$@"'
 # The whole environment of the host step and of bwrap (both use absolute paths).
 HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 POLL_S = 0.05
+# The device nodes a sandbox gets (no tty: a trial has no controlling terminal).
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+_CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)')
 _JANITOR = Janitor()
 
 
@@ -139,6 +146,56 @@ class _NetnsPool:
 _NETNS = _NetnsPool()
 
 
+class _CgroupPool:
+    """One trial cgroup made ahead (the directories; a trial sets its own limits), made
+    again by the janitor after each trial, off the trial's clock."""
+
+    def __init__(self) -> None:
+        self._spare: cgroups.TrialCgroup | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+
+    def take(self, label: str, limits: Limits) -> cgroups.TrialCgroup | None:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        manager = cgroups.manager()
+        if spare is not None and spare.version != manager.version:
+            _JANITOR.submit(spare.remove)  # cgroups are no longer used (or differently)
+            spare = None
+        if spare is not None:
+            try:
+                manager.apply(spare, limits)
+                return spare
+            except OSError:  # removed meanwhile (garbage collection): make one now
+                spare.remove()
+        return manager.create(label, limits)
+
+    def refill(self) -> None:
+        with self._lock:
+            if self._spare is not None or self._closed:
+                return
+        group = cgroups.manager().create("trial", None)
+        if group is None:
+            return
+        with self._lock:
+            keep = self._spare is None and not self._closed
+            if keep:
+                self._spare = group
+        if not keep:
+            group.remove()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.remove()
+
+
+_CGROUPS = _CgroupPool()
+
+
 def settle(timeout_s: float = 30.0) -> None:
     """Wait until the teardown queued by finished trials is done."""
     _JANITOR.drain(timeout_s)
@@ -159,6 +216,25 @@ def _bwrap_version(path: str) -> tuple[int, ...]:
 
 def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
+
+
+def _interpreter_lib(interp: Interpreter) -> Path:
+    """What to bind for the standard library: its parent directory (one mount for it and
+    libpython) when that holds only the interpreter's own files, else the stdlib alone."""
+    parent = interp.stdlib.parent
+    if interp.shared_lib is None or interp.shared_lib.parent != parent:
+        return interp.stdlib
+    try:
+        for entry in os.scandir(parent):
+            if entry.name == "pkgconfig" and entry.is_dir(follow_symlinks=False):
+                if all(n.startswith("python") for n in os.listdir(entry.path)):
+                    continue
+            elif entry.path == str(interp.stdlib) or entry.name.startswith("libpython"):
+                continue
+            return interp.stdlib
+    except OSError:
+        return interp.stdlib
+    return parent
 
 
 @lru_cache(maxsize=16)
@@ -200,14 +276,23 @@ def _static_args(
         elif host.is_dir():
             a += ["--ro-bind", str(host), f"/{top}"]
     a += ["--ro-bind", str(etc), "/etc"]  # one mount: every bind costs bwrap ~0.3 ms
-    a += ["--proc", "/proc", "--dev", "/dev"]
+    a += ["--proc", "/proc"]
+    # A minimal /dev on the root (read-only at the end): the device nodes, not bwrap's
+    # --dev (a writable tmpfs without a size, six nodes, a devpts instance).
+    for node in DEV_NODES:
+        if Path(f"/dev/{node}").is_char_device():
+            a += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        a += ["--symlink", f"/proc/self/fd/{fd}", f"/dev/{name}"]
+    a += ["--symlink", "/proc/self/fd", "/dev/fd"]
     a += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    # /dev's own tmpfs has no size (half the host's memory): give /dev/shm /tmp's limit,
-    # or without cgroups a harness could fill host memory through it.
+    # Writable, so sized like /tmp: without cgroups a harness could otherwise fill host
+    # memory through it.
     a += ["--perms", "1777", "--size", str(tmp_mb * 1024 * 1024)]
     a += ["--tmpfs", "/dev/shm"]
-    visible = [Path("/usr"), interp.stdlib]
-    a += ["--ro-bind", str(interp.stdlib), str(interp.stdlib)]
+    lib = _interpreter_lib(interp)
+    visible = [Path("/usr"), lib]
+    a += ["--ro-bind", str(lib), str(lib)]
     if not _under(interp.executable, visible):
         a += ["--ro-bind", str(interp.executable), str(interp.executable)]
     if interp.shared_lib and not _under(interp.shared_lib, visible):
@@ -426,6 +511,7 @@ class _Trial:
             _JANITOR.submit(_NETNS.refill)
             if self.cg is not None:
                 _JANITOR.submit(self.cg.remove)
+                _JANITOR.submit(_CGROUPS.refill)
 
     def _rlimits(self) -> list[tuple[int, tuple[int, int]]]:
         cpu = max(1, math.ceil(self.limits.cpu_time_s))
@@ -479,27 +565,32 @@ class _Trial:
             stdin_fd=stdin_fd,
         )
         pass_fds = [fd for fd in (seccomp_fd, info_w, block_r, stdin_fd) if fd is not None]
-        self.cg = cg = cgroups.manager().create(self.spec.label or "trial", self.limits)
-        if cg is not None:
+        self.cg = cg = _CGROUPS.take(self.spec.label or "trial", self.limits)
+        joined: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if cg is not None and cg.version == 1:
+            # This thread spawns from inside the group (v1 moves one thread at a time).
+            joined = cg.thread_joined()
+        elif cg is not None:
             joins = [str(f) for f in cg.join_files]
             argv = [self.backend.sh or "/bin/sh", "-c", HOST_JOIN, "host", *joins, "--", *argv]
         with services.entered():
             # bwrap starts in the trial's new network namespace; the calling thread, which
             # waits for the whole trial, is the parent that --die-with-parent watches.
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=status_w,
-                stdout=io.stdout_fd,
-                stderr=io.stderr_fd,
-                pass_fds=pass_fds,
-                close_fds=True,
-                start_new_session=True,
-                # bwrap stays pid 1 inside the sandbox, where /proc/1/environ is readable:
-                # it must not carry the host's environment (keys, paths) nor its working
-                # directory (PWD).
-                env=HOST_ENV,
-                cwd="/",
-            )
+            with joined:
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=status_w,
+                    stdout=io.stdout_fd,
+                    stderr=io.stderr_fd,
+                    pass_fds=pass_fds,
+                    close_fds=True,
+                    start_new_session=True,
+                    # bwrap stays pid 1 inside the sandbox, where /proc/1/environ is
+                    # readable: it must not carry the host's environment (keys, paths) nor
+                    # its working directory (PWD).
+                    env=HOST_ENV,
+                    cwd="/",
+                )
             # While bwrap builds the sandbox: the namespace's relays and recorder ...
             services.bind()
         proc = self.proc
@@ -507,7 +598,9 @@ class _Trial:
             if fd is not None:
                 self._close(fd)
         # ... and the rlimits. Then the sandbox may run the harness.
-        self.init_pid = init_pid = _read_child_pid(info_r, max(2.0, deadline - time.monotonic()))
+        self.init_pid = init_pid = _read_child_pid(
+            info_r, max(2.0, deadline - time.monotonic()), parent=proc.pid
+        )
         init_fd = None
         if init_pid is not None:
             init_fd = self._pidfd(init_pid)
@@ -528,7 +621,7 @@ class _Trial:
         exit_status: int | None = None
         if status_text is not None and not timed_out and not flooded:
             exit_status = int(status_text) if status_text.strip().isdigit() else None
-            if ns is not None:
+            if ns is not None and not _only_the_wrapper(cg, proc.pid, init_pid):
                 members = pidns_members(ns, _candidates(cg))
                 left = [m for m in members if m[1] > 2]
                 if _wrapper_still_waits(members):
@@ -622,6 +715,20 @@ def _candidates(cg: cgroups.TrialCgroup | None) -> list[int] | None:
     return cg.members() if cg is not None else None
 
 
+def _only_the_wrapper(cg: cgroups.TrialCgroup | None, bwrap_pid: int, init_pid: int | None) -> bool:
+    """Whether the trial's group holds bwrap, its init and the wrapper (pid 2 inside, the
+    init's child) and nothing else: then nothing was left behind and the status is the
+    wrapper's, without a scan of every member (everything a trial starts is in the group)."""
+    if cg is None or init_pid is None:
+        return False
+    rest = [pid for pid in cg.members() if pid not in (bwrap_pid, init_pid)]
+    if len(rest) != 1:
+        return False
+    status = proc_status(rest[0])
+    inside = status.get("NSpid", "").split()[-1:]
+    return inside == ["2"] and status.get("PPid") == str(init_pid)
+
+
 def _wrapper_still_waits(members: list[tuple[int, int, str]]) -> bool:
     """Whether the wrapper (pid 2 inside) still has a child: the harness it runs.
 
@@ -635,13 +742,21 @@ def _wrapper_still_waits(members: list[tuple[int, int, str]]) -> bool:
     )
 
 
-def _read_child_pid(info_r: int, timeout_s: float) -> int | None:
-    """bwrap's --info-fd JSON: {"child-pid": N, ...} (the pid namespace's init)."""
+def _read_child_pid(info_r: int, timeout_s: float, parent: int | None = None) -> int | None:
+    """bwrap's --info-fd JSON: {"child-pid": N, ...} (the pid namespace's init).
+
+    bwrap writes the pid first, in one write, then the namespace ids, then closes its end;
+    with ``parent`` (bwrap's pid) a pid seen in the first write is taken at once when it is
+    bwrap's child, instead of waiting for the rest."""
     ready, _, _ = select.select([info_r], [], [], timeout_s)
     if not ready:
         return None
     data = b""
     while True:
+        if data and parent is not None:
+            early = _CHILD_PID.search(data)
+            if early and proc_status(int(early.group(1))).get("PPid") == str(parent):
+                return int(early.group(1))
         ready, _, _ = select.select([info_r], [], [], 0.5)
         if not ready:
             break

@@ -17,6 +17,7 @@ import re
 import secrets
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,32 @@ class TrialCgroup:
         name = "cgroup.procs" if self.version == 2 else "tasks"
         return [d / name for d in self.dirs.values()]
 
+    @contextlib.contextmanager
+    def thread_joined(self) -> Iterator[None]:
+        """v1: the calling thread itself inside the group for the moment, so that a process
+        it spawns starts there (a child starts in its forking thread's groups). Moving only
+        itself takes no global lock (see ``join_files``); on the way out the thread goes
+        back to the groups the trial's group was made under, holedger's own."""
+        if self.version != 1:
+            raise ValueError("only a cgroup v1 group takes a single thread")
+        moved: list[Path] = []
+        try:
+            for d in self.dirs.values():
+                _write(d / "tasks", "0")
+                moved.append(d)
+            yield
+        finally:
+            # Every move back is tried: a thread left in the group would be frozen with it.
+            # The parents cannot go away (holedger's other threads live in them).
+            failed: list[OSError] = []
+            for d in moved:
+                try:
+                    _write(d.parent / "tasks", "0")
+                except OSError as exc:
+                    failed.append(exc)
+            if failed:
+                raise failed[0]
+
     def members(self) -> list[int]:
         """The group's processes, from one controller: every process of a trial joins all
         of them together and cannot leave, so one listing is enough to look."""
@@ -124,13 +151,15 @@ class TrialCgroup:
             return []
         finally:
             os.close(fd)
-        return [int(x) for x in b"".join(chunks).split()]
+        own = os.getpid()  # only ever for a moment, while a thread spawns (thread_joined)
+        return [pid for pid in map(int, b"".join(chunks).split()) if pid != own]
 
     def pids(self) -> list[int]:
         found: set[int] = set()
         for f in self.procs_files:
             with contextlib.suppress(OSError):
                 found.update(int(x) for x in f.read_text().split())
+        found.discard(os.getpid())  # never holedger itself (see members)
         return sorted(found)
 
     def oom_killed(self) -> bool:
@@ -265,8 +294,9 @@ class CgroupManager:
     def usable(self) -> bool:
         return self.version is not None
 
-    def create(self, label: str, limits: Limits) -> TrialCgroup | None:
-        """A new group with ``limits`` applied, or None when cgroups are not usable."""
+    def create(self, label: str, limits: Limits | None) -> TrialCgroup | None:
+        """A new group with ``limits`` applied (None: none yet, see ``apply``), or None when
+        cgroups are not usable."""
         if self.version is None:
             return None
         name = f"holedger-{_SAFE.sub('_', label)[:40]}-{secrets.token_hex(4)}"
@@ -276,8 +306,9 @@ class CgroupManager:
             for d in dirs.values():
                 d.mkdir()
                 made.append(d)
-            group = TrialCgroup(self.version, dirs, limits)
-            self._apply(group, limits)
+            group = TrialCgroup(self.version, dirs, limits or Limits())
+            if limits is not None:
+                self.apply(group, limits)
             return group
         except OSError as exc:
             for d in made:
@@ -286,7 +317,9 @@ class CgroupManager:
             self.version, self.reason = None, f"cannot create a cgroup: {exc}"
             return None
 
-    def _apply(self, group: TrialCgroup, limits: Limits) -> None:
+    def apply(self, group: TrialCgroup, limits: Limits) -> None:
+        """Set ``limits`` on ``group`` (once; a group made without limits takes them later)."""
+        group.limits = limits
         mem = limits.memory_mb * 1024 * 1024
         quota = max(1000, int(limits.cpus * CFS_PERIOD_US))
         if group.version == 2:

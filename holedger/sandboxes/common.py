@@ -50,6 +50,9 @@ def sandbox_env(spec: SandboxSpec, runtime_dir: str = RUNTIME_DIR) -> dict[str, 
         "LC_ALL": "C.UTF-8",
         "PYTHONPATH": runtime_dir,
         "PYTHONDONTWRITEBYTECODE": "1",
+        # No user site directory: it would be under HOME (/tmp, the harness's own), and
+        # looking for it and for usercustomize costs every interpreter start ~1 ms.
+        "PYTHONNOUSERSITE": "1",
     }
     env.update(spec.env)
     return env

@@ -324,6 +324,7 @@ def test_environment_is_only_what_the_spec_gives(isolating: Backend, run_harness
     env = json.loads(result.stdout)
     assert env["OPENAI_API_KEY"] == "tok-123"
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE"}
+    allowed |= {"PYTHONNOUSERSITE"}
     allowed |= {"OPENAI_API_KEY", "HOLEDGER_TEST_MARK", "HOSTNAME", "PWD", "SHLVL", "_"}
     assert set(env) <= allowed, set(env) - allowed
 

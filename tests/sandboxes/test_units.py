@@ -225,3 +225,85 @@ def test_etc_dir_holds_the_synthetic_files_and_the_loader_cache() -> None:
     assert sorted(p.name for p in etc.iterdir()) == sorted(
         [*ETC_FILES, *(["ld.so.cache"] if LOADER_CACHE.is_file() else [])]
     )
+
+
+def test_child_pid_is_taken_from_the_first_write_when_it_is_bwraps_child() -> None:
+    """--info-fd: the pid is used as soon as it is seen, if it is the given parent's child;
+    otherwise the whole document is read (up to the writer's close)."""
+    import os
+    import subprocess
+    import threading
+
+    from holedger.sandboxes.bwrap import _read_child_pid
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        r, w = os.pipe()
+        os.write(w, f'{{\n    "child-pid": {child.pid}'.encode())
+        assert _read_child_pid(r, 2.0, parent=os.getpid()) == child.pid  # no close needed
+        os.close(r)
+        os.close(w)
+
+        r, w = os.pipe()
+        os.write(w, f'{{\n    "child-pid": {child.pid}'.encode())
+        rest = threading.Timer(0.2, lambda: (os.write(w, b',\n    "x": 1\n}\n'), os.close(w)))
+        rest.start()
+        # not a child of pid 1: only the complete document counts
+        assert _read_child_pid(r, 2.0, parent=1) == child.pid
+        rest.join()
+        os.close(r)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_interpreter_lib_is_one_bind_only_when_it_holds_only_python(tmp_path: Path) -> None:
+    from holedger.sandboxes.bwrap import _interpreter_lib
+    from holedger.sandboxes.runtime import Interpreter
+
+    lib = tmp_path / "lib"
+    (lib / "python3.99").mkdir(parents=True)
+    (lib / "pkgconfig").mkdir()
+    (lib / "pkgconfig" / "python-3.99.pc").write_text("")
+    (lib / "libpython3.99.so.1.0").write_text("")
+    interp = Interpreter(
+        tmp_path / "bin" / "python3.99",
+        lib / "python3.99",
+        lib / "libpython3.99.so.1.0",
+        (),
+        "3.99.0",
+    )
+    assert _interpreter_lib(interp) == lib
+    (lib / "libssl.so.3").write_text("")  # something else: bind the stdlib alone
+    assert _interpreter_lib(interp) == lib / "python3.99"
+    static = Interpreter(interp.executable, interp.stdlib, None, (), "3.99.0")
+    assert _interpreter_lib(static) == lib / "python3.99"
+
+
+def test_a_thread_spawns_inside_a_v1_group_and_goes_back() -> None:
+    import os
+    import subprocess
+
+    from holedger.sandboxes.cgroups import manager
+
+    cg = manager()
+    if cg.version != 1:
+        pytest.skip(f"needs cgroup v1: {cg.reason}")
+    group = cg.create("join-test", Limits())
+    assert group is not None
+
+    def mine() -> str:
+        return Path("/proc/thread-self/cgroup").read_text()
+
+    before = mine()
+    try:
+        with group.thread_joined():
+            assert group.dirs["pids"].name in mine()
+            child = subprocess.Popen(["sleep", "30"])
+            assert os.getpid() not in group.members()  # holedger itself is never listed
+        assert mine() == before
+        assert group.members() == [child.pid] and group.pids() == [child.pid]
+        assert group.kill_all() == [child.pid]
+        child.wait()
+    finally:
+        group.remove()

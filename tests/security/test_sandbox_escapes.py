@@ -283,6 +283,44 @@ def test_bwrap_harness_holds_only_stdio_and_cannot_write_the_root(
     assert all(out[p] == 30 for p in ("/fill", "/opt/fill", "/run/holedger/fill"))  # EROFS
 
 
+def test_bwrap_dev_holds_the_usual_nodes_and_is_read_only(
+    bwrap_backend: Backend, run_harness: Runner
+) -> None:
+    """/dev has the character devices programs expect (working), the stdio links, and
+    /dev/shm; nothing else of the host's, and nothing can be created there: it lies on the
+    read-only root rather than on a writable tmpfs without a size."""
+    result = run_harness(
+        bwrap_backend,
+        """
+        import json, os
+        out = {"names": sorted(os.listdir("/dev"))}
+        with open("/dev/null", "w") as f:
+            f.write("x")
+        out["zero"] = open("/dev/zero", "rb").read(4).hex()
+        out["urandom"] = len(open("/dev/urandom", "rb").read(16))
+        try:
+            with open("/dev/full", "w") as f:
+                f.write("x")
+        except OSError as exc:
+            out["full"] = exc.errno
+        for path in ("/dev/fill", "/dev/mqueue"):
+            try:
+                os.mkdir(path) if path.endswith("mqueue") else open(path, "w").close()
+                out[path] = "made"
+            except OSError as exc:
+                out[path] = exc.errno
+        print(json.dumps(out))
+        """,
+    )
+    assert result.exit_status == 0, result.stderr
+    out = json.loads(result.stdout)
+    nodes = {"null", "zero", "full", "random", "urandom"}
+    assert set(out["names"]) == nodes | {"fd", "stdin", "stdout", "stderr", "shm"}
+    assert out["zero"] == "00000000" and out["urandom"] == 16
+    assert out["full"] == 28  # ENOSPC: the real device
+    assert out["/dev/fill"] == 30 and out["/dev/mqueue"] == 30  # EROFS
+
+
 def test_shared_memory_is_size_limited(isolating: Backend, run_harness: Runner) -> None:
     """/dev/shm is writable (multiprocessing needs it) but bounded: without a size, a
     harness under the rlimit fallback could fill host memory through it."""
