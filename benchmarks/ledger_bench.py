@@ -77,6 +77,32 @@ def gateway_call(n: int) -> dict[str, Any]:
     )
 
 
+def budgeted_call(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """The n-th target call of a generated run, with the budget state the gateway would
+    record: each call reserves, then settles before the next one (908 tokens each, three
+    calls per trial), so every projection re-derives the same state and the run verifies."""
+    total = body["tokens"]["total"]
+    return dict(
+        body,
+        call_id=f"call-{n}",
+        trial_id=f"trial-{n // 3}",
+        reservation_index=n,
+        budget={
+            "cap": BENCH_CAP,
+            "settled": n * total,
+            "outstanding": 0,
+            "settled_calls": n,
+            "reservations": n,
+            "trial_cap": None,
+            "trial_settled": (n % 3) * total,
+            "trial_outstanding": 0,
+        },
+    )
+
+
+BENCH_CAP = 10**12
+
+
 def terms() -> TaskTerms:
     digest = "ab" * 32
     return TaskTerms.model_validate(
@@ -89,7 +115,7 @@ def terms() -> TaskTerms:
             "budget": {
                 "dev": {"calls": 100, "case_passes": "4"},
                 "val": {"calls": 100, "case_passes": "4"},
-                "target_tokens": 10**9,
+                "target_tokens": BENCH_CAP,
             },
             "disclosure": {},
             "k": 3,
@@ -228,7 +254,7 @@ def generate_run(url: str, events: int, workers: int) -> str:
     rid: Any = uuid.UUID(run_id).bytes if engine.dialect.name == "sqlite" else uuid.UUID(run_id)
     frontier = MerkleFrontier()
     frontier.append(first.leaf_hash)
-    prev, seq, since = first.event_hash, 1, 1
+    prev, seq, since, calls = first.event_hash, 1, 1, 0
     body = dict(gateway_call(0), request_digest=None, response_digest=None)  # no blobs
     from sqlalchemy import text
 
@@ -238,7 +264,7 @@ def generate_run(url: str, events: int, workers: int) -> str:
     )
 
     def envelopes(limit: int) -> Iterator[tuple[str, bytes]]:
-        nonlocal prev, seq, since
+        nonlocal prev, seq, since, calls
         for _ in range(limit):
             if seq >= events:
                 return
@@ -254,7 +280,8 @@ def generate_run(url: str, events: int, workers: int) -> str:
             elif closing:
                 etype, payload, role = "RunClosed", {"reason": "completed", "summary": {}}, "server"
             else:
-                etype, payload, role = "GatewayCall", dict(body, call_id=f"call-{seq}"), "gateway"
+                etype, payload, role = "GatewayCall", budgeted_call(body, calls), "gateway"
+                calls += 1
             env = {
                 "run_id": run_id,
                 "seq": seq,
@@ -312,9 +339,7 @@ def replay_child(url: str, run_id: str, workers: int, projections: bool) -> None
 
     ledger = Ledger.open(url, None, create_tables=False)
     start = time.perf_counter()
-    report = replay_run(
-        ledger, run_id, workers=workers, **({} if projections else {"projections": ()})
-    )
+    report = replay_run(ledger, run_id, workers=workers, projections=None if projections else ())
     wall = time.perf_counter() - start
     ledger.close()
     print(
