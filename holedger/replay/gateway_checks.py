@@ -60,6 +60,24 @@ def _zeros(size: int, wide: bool = False) -> MutableSequence[int]:
     return array("q", [0]) * size
 
 
+INT32_MAX = 2**31 - 1
+
+
+def _counts(size: int, largest: int) -> array[int]:
+    """``size`` zeros for positions or counts up to ``largest``: 32-bit when they fit."""
+    return array("i" if largest <= INT32_MAX else "q", [0]) * size
+
+
+def _push(column: array[int], value: int) -> array[int]:
+    """Append to a column that starts 32-bit and widens to 64-bit when a value needs it."""
+    try:
+        column.append(value)
+    except OverflowError:
+        column = array("q", column)
+        column.append(value)
+    return column
+
+
 class _FailureLog:
     """Failures found at apply time, as integer columns."""
 
@@ -173,16 +191,16 @@ class GatewayProjection:
         self._trial_codes: dict[str, int] = {}
         self._trial_sums: MutableSequence[int] = array("q")
         # settlements (target calls holding a reservation), in ledger order
-        self._s_index: array[int] = array("q")
-        self._s_trial: array[int] = array("q")
+        self._s_index: array[int] = array("i")
+        self._s_trial: array[int] = array("i")
         self._s_reserved: array[int] = array("q")
         self._s_total: array[int] = array("q")
         self._settled_total = 0
         self._reserved_total = 0
         # budget decisions, in ledger order
-        self._d_seq: array[int] = array("q")
-        self._d_trial: array[int] = array("q")
-        self._d_index: array[int] = array("q")  # reservation index, -1 for none
+        self._d_seq: array[int] = array("i")
+        self._d_trial: array[int] = array("i")
+        self._d_index: array[int] = array("i")  # reservation index, -1 for none
         self._d_reserved: array[int] = array("q")
         self._d_allowed = bytearray()
         self._d_state: array[int] = array("q")
@@ -271,8 +289,8 @@ class GatewayProjection:
     def _apply_budget(self, seq: int, call: GatewayCall) -> None:
         index = call.reservation_index
         if index is not None:
-            self._s_index.append(index)
-            self._s_trial.append(self._trial(call.trial_id or ""))
+            self._s_index = _push(self._s_index, index)
+            self._s_trial = _push(self._s_trial, self._trial(call.trial_id or ""))
             self._s_reserved.append(call.reserved)
             self._s_total.append(call.tokens.total)
             self._settled_total += call.tokens.total
@@ -286,9 +304,9 @@ class GatewayProjection:
                 return
             if state.cap != self.cap or state.trial_cap != self.trial_cap:
                 self._d_caps[len(self._d_seq)] = (state.cap, state.trial_cap)
-            self._d_seq.append(seq)
-            self._d_trial.append(self._trial(call.trial_id or ""))
-            self._d_index.append(-1 if index is None else index)
+            self._d_seq = _push(self._d_seq, seq)
+            self._d_trial = _push(self._d_trial, self._trial(call.trial_id or ""))
+            self._d_index = _push(self._d_index, -1 if index is None else index)
             self._d_reserved.append(call.reserved)
             self._d_allowed.append(call.allowed)
             self._d_state.extend(
@@ -363,13 +381,13 @@ class GatewayProjection:
             settled_before[i + 1] = settled_before[i] + total
         # Each trial's settlements, as positions in ledger order (rows[starts[c]:starts[c+1]]).
         trials = len(self._trial_codes)
-        starts = _zeros(trials + 1)
+        starts = _counts(trials + 1, m)
         for code in self._s_trial:
             starts[code + 1] += 1
         for c in range(trials):
             starts[c + 1] += starts[c]
-        fill = array("q", starts)
-        rows = _zeros(m)
+        fill = array(starts.typecode, starts)
+        rows = _counts(m, m)
         for position, code in enumerate(self._s_trial):
             rows[fill[code]] = position
             fill[code] += 1
@@ -426,7 +444,7 @@ class GatewayProjection:
         """Decision numbers sorted (stably) by their recorded settled_calls."""
         state = self._d_state
         k = len(self._d_seq)
-        starts = _zeros(m + 2)
+        starts = _counts(m + 2, k)
         late: list[int] = []
         for i in range(k):
             n = state[i * _STATE_STRIDE + 2]
@@ -436,7 +454,7 @@ class GatewayProjection:
                 starts[n + 1] += 1
         for n in range(m + 1):
             starts[n + 1] += starts[n]
-        order = _zeros(k - len(late))
+        order = _counts(k - len(late), k)
         for i in range(k):
             n = state[i * _STATE_STRIDE + 2]
             if n <= m:

@@ -101,3 +101,17 @@ def test_settlements_out_of_reservation_order_are_rederived() -> None:
     assert not report.verified
     assert [(f.seq, f.check) for f in report.failures] == [(2, "gateway_budget")]
     assert report.failures[0].reason.startswith("recorded budget state settled 40 + outstanding 0")
+
+
+def test_indices_past_32_bits_widen_their_column_and_are_reported() -> None:
+    """Columns start 32-bit; a forged index of 2**40 widens them instead of crashing."""
+    cap = 10**6
+    usage = TokenUsage(input=3, output=2, total=5)
+    state = GatewayBudgetState(cap=cap, settled=0, outstanding=0, settled_calls=0, reservations=0)
+    calls = [settled_call(0, "t1", usage, 10, state), settled_call(2**40, "t1", usage, 10, state)]
+    projection = GatewayProjection(context(cap))
+    report = replay(projection, calls)
+    assert projection._s_index.typecode == "q"
+    assert list(projection._s_index) == [0, 2**40]
+    reasons = [f.reason for f in report.failures if f.check == "gateway_budget"]
+    assert any("reservation indices are not 0..M-1" in r for r in reasons)
