@@ -16,7 +16,6 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,8 +24,7 @@ from pydantic_core import from_json, to_json
 
 from holedger.errors import CanonicalError, SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey, SigningKey
-from holedger.schemas.canonical import MAX_DEPTH as _MAX_DEPTH
-from holedger.schemas.canonical import canonical_json, parse_canonical
+from holedger.schemas.canonical import canonical_json, parse_canonical, plain_json
 from holedger.schemas.events import (
     EVENT_TYPES,
     RUN_ID_PATTERN,
@@ -306,7 +304,6 @@ _TAIL = re.compile(
     re.ASCII,
 )
 _SIG_GROUP = 6
-_MAX_INT = 2**53 - 1
 
 
 def _parse_fast(raw: bytes) -> Record | None:
@@ -327,7 +324,7 @@ def _parse_fast(raw: bytes) -> Record | None:
         payload = from_json(payload_bytes, allow_inf_nan=False, cache_strings="keys")
     except ValueError:
         return None
-    if type(payload) is not dict or not _plain_object(payload, 1):
+    if type(payload) is not dict or not plain_json(payload, 1, ordered=True):
         return None
     if to_json(payload) != payload_bytes:
         return None
@@ -346,30 +343,3 @@ def _parse_fast(raw: bytes) -> Record | None:
     cut = at + tail.start(_SIG_GROUP) - len(_SIG_MEMBER)
     signed = raw[:cut] + raw[at + tail.end(_SIG_GROUP) + 1 :]
     return Record(raw, signed, envelope, binascii.a2b_base64(sig))
-
-
-def _plain_object(obj: dict[str, Any], depth: int) -> bool:
-    """Member names in code-point order, and no float or inexact integer, all the way down."""
-    names = list(obj)
-    return names == sorted(names) and depth <= _MAX_DEPTH and _plain_values(obj.values(), depth)
-
-
-def _plain_values(values: Iterable[Any], depth: int) -> bool:
-    for value in values:
-        kind = type(value)
-        if kind is str or kind is bool or value is None:
-            continue
-        if kind is int:
-            if -_MAX_INT <= value <= _MAX_INT:
-                continue
-            return False
-        if kind is dict:
-            if _plain_object(value, depth + 1):
-                continue
-            return False
-        if kind is list:
-            if depth < _MAX_DEPTH and _plain_values(value, depth + 1):
-                continue
-            return False
-        return False
-    return True

@@ -87,7 +87,7 @@ def _encode_checked_by_parsing(value: JSONValue) -> bytes | None:
     surrogates. Anything else (floats, tuples, other types, deep nesting) takes the
     checking path, which accepts or refuses it with a precise message.
     """
-    if not _plain(value, 0):
+    if not plain_json(value):
         return None
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -96,21 +96,28 @@ def _encode_checked_by_parsing(value: JSONValue) -> bytes | None:
         return None
 
 
-def _plain(value: JSONValue, depth: int) -> bool:
+def plain_json(value: JSONValue, depth: int = 0, *, ordered: bool = False) -> bool:
+    """True when ``value`` holds only what canonical JSON admits: dicts with string keys,
+    lists, strings, exact integers, booleans and null, at most MAX_DEPTH deep (``depth``
+    is where ``value`` sits). With ``ordered``, every dict's keys must also already be in
+    code-point order, as in a parsed canonical text."""
     kind = type(value)
     if kind is dict:
         if depth >= MAX_DEPTH:
             return False
-        for key in value:
+        names = list(value)
+        for key in names:
             if type(key) is not str:
                 return False
-        return _plain_items(value.values(), depth + 1)
+        if ordered and names != sorted(names):
+            return False
+        return _plain_items(value.values(), depth + 1, ordered)
     if kind is list:
-        return depth < MAX_DEPTH and _plain_items(value, depth + 1)
-    return _plain_items((value,), depth)
+        return depth < MAX_DEPTH and _plain_items(value, depth + 1, ordered)
+    return _plain_items((value,), depth, ordered)
 
 
-def _plain_items(items: Iterable[JSONValue], depth: int) -> bool:
+def _plain_items(items: Iterable[JSONValue], depth: int, ordered: bool) -> bool:
     for item in items:
         kind = type(item)
         if kind is str or kind is bool or item is None:
@@ -119,7 +126,7 @@ def _plain_items(items: Iterable[JSONValue], depth: int) -> bool:
             if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
                 continue
             return False
-        if (kind is dict or kind is list) and _plain(item, depth):
+        if (kind is dict or kind is list) and plain_json(item, depth, ordered=ordered):
             continue
         return False
     return True
