@@ -20,11 +20,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json, to_json
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from holedger.errors import CanonicalError, SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey, SigningKey
-from holedger.schemas.canonical import canonical_json, parse_canonical, plain_json
+from holedger.schemas.canonical import (
+    canonical_json,
+    has_long_digits,
+    parse_canonical,
+    plain_json,
+)
 from holedger.schemas.events import (
     EVENT_TYPES,
     RUN_ID_PATTERN,
@@ -70,20 +75,26 @@ class Record:
     """One stored, signed event: its record bytes and what is derived from them.
 
     The envelope members are also kept as attributes, read once at parse time: replay
-    touches them for every event.
+    touches them for every event. The payload's dict (``payload``) and the envelope's
+    (``envelope``) are built on first use when the parser did not need them; a payload
+    the parser already validated into its model is kept for ``typed_payload``.
     """
 
     __slots__ = (
-        "envelope",
+        "_envelope",
+        "_payload",
+        "_payload_end",
+        "_typed",
         "key_id",
-        "payload",
         "prev_hash",
         "raw",
         "role",
         "run_id",
+        "schema_version",
         "seq",
         "signature",
         "signed",
+        "time",
         "type",
     )
 
@@ -92,15 +103,19 @@ class Record:
     ) -> None:
         self.raw = raw
         self.signed = signed
-        self.envelope = envelope
         self.signature = signature
+        self._envelope: dict[str, Any] | None = envelope
         self.run_id: str = str(envelope["run_id"])
         self.seq: int = int(envelope["seq"])
         self.type: str = str(envelope["type"])
         self.role: str = str(envelope["role"])
         self.key_id: str = str(envelope["key_id"])
         self.prev_hash: str = str(envelope["prev_hash"])
-        self.payload: dict[str, Any] = envelope["payload"]
+        self.schema_version: object = envelope["schema_version"]
+        self.time: object = envelope["time"]
+        self._payload: dict[str, Any] | None = envelope["payload"]
+        self._payload_end = 0
+        self._typed: Model | None = None
 
     def __repr__(self) -> str:
         return f"Record(run_id={self.run_id!r}, seq={self.seq}, type={self.type!r})"
@@ -110,6 +125,32 @@ class Record:
 
     def __hash__(self) -> int:
         return hash(self.raw)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as parsed JSON (a canonical record's payload member)."""
+        if self._payload is None:
+            parsed = from_json(self.raw[_PAYLOAD_AT : self._payload_end])
+            assert type(parsed) is dict  # the parser accepted these bytes as an object
+            self._payload = parsed
+        return self._payload
+
+    @property
+    def envelope(self) -> dict[str, Any]:
+        """The signed envelope as a dict (the record without ``sig``)."""
+        if self._envelope is None:
+            self._envelope = {
+                "key_id": self.key_id,
+                "payload": self.payload,
+                "prev_hash": self.prev_hash,
+                "role": self.role,
+                "run_id": self.run_id,
+                "schema_version": self.schema_version,
+                "seq": self.seq,
+                "time": self.time,
+                "type": self.type,
+            }
+        return self._envelope
 
     @property
     def event_hash(self) -> str:
@@ -124,15 +165,18 @@ class Record:
 
     def typed_payload(self) -> Model:
         """The payload parsed into its model; SchemaError when it does not fit."""
+        if self._typed is not None:
+            return self._typed
         model = EVENT_TYPES.get(self.type)
         if model is None:
             raise SchemaError(f"unknown event type {self.type!r}")
-        if self.envelope.get("schema_version") != SCHEMA_VERSION:
-            raise SchemaError(f"unknown schema version {self.envelope.get('schema_version')!r}")
+        if self.schema_version != SCHEMA_VERSION:
+            raise SchemaError(f"unknown schema version {self.schema_version!r}")
         try:
-            return model.model_validate(self.payload)
+            self._typed = model.model_validate(self.payload)
         except ValidationError as exc:
             raise SchemaError(f"{self.type} payload invalid: {_first_error(exc)}") from exc
+        return self._typed
 
 
 def sign_event(
@@ -283,25 +327,34 @@ def envelope_problem(obj: dict[str, Any]) -> str | None:
 #    "time":"<time>","type":"<name>"}
 #
 # So the record is canonical exactly when P is the canonical JSON of an object. The fast
-# path matches the envelope's bytes with two patterns, parses P with pydantic-core's JSON
-# parser, and checks P canonical by re-encoding it (member order as parsed) and comparing
-# bytes, plus a walk for what a byte comparison cannot see: member names out of order,
-# floats, integers beyond 2**53 - 1. Anything it does not accept goes to the strict
-# parser, which accepts or refuses it with a precise reason; the fast path only ever
-# accepts records the strict parser accepts too (tests/ledger/test_fast_parse.py).
+# path matches the envelope's bytes with two patterns and then checks P one of two ways:
+#
+# * typed: for an event type whose model can only serialise to canonical JSON (fields in
+#   code-point order, see schemas.events.Model; only strings, exact integers, booleans,
+#   null, literals, lists and nested such models; no free-form dicts), P is validated
+#   straight into the model, re-serialised and compared byte for byte: equal bytes prove
+#   P canonical and valid at once. Only integers beyond 2**53 - 1, which a model happily
+#   round-trips, need a separate (cheap) test;
+# * untyped: P is parsed with pydantic-core's JSON parser, re-encoded (member order as
+#   parsed) and compared, plus a walk for what a byte comparison cannot see: member names
+#   out of order, floats, integers beyond 2**53 - 1.
+#
+# Anything it does not accept goes to the strict parser, which accepts or refuses it with
+# a precise reason; the fast path only ever accepts records the strict parser accepts too,
+# and a payload it validated is the one the strict parser's record validates to
+# (tests/ledger/test_fast_parse.py).
 
 _HEAD = re.compile(rb'\{"key_id":"[0-9a-f]{8}","payload":\{')
 _KEY_ID = slice(len(b'{"key_id":"'), len(b'{"key_id":"00000000'))
 _PAYLOAD_AT = len(b'{"key_id":"00000000","payload":')
 _TAIL_AT = b',"prev_hash":"'
 _TAIL = re.compile(
-    r',"prev_hash":"([0-9a-f]{64})","role":"(' + "|".join(ROLES) + r')",'
-    r'"run_id":"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})",'
-    r'"schema_version":(0|[1-9][0-9]{0,14}),"seq":(0|[1-9][0-9]{0,14}),'
-    r'"sig":"([A-Za-z0-9+/]{85}[AQgw]==)",'
-    r'"time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)",'
-    r'"type":"([A-Za-z][A-Za-z0-9]{0,63})"\}',
-    re.ASCII,
+    rb',"prev_hash":"([0-9a-f]{64})","role":"(' + "|".join(ROLES).encode() + rb')",'
+    rb'"run_id":"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})",'
+    rb'"schema_version":(0|[1-9][0-9]{0,14}),"seq":(0|[1-9][0-9]{0,14}),'
+    rb'"sig":"([A-Za-z0-9+/]{85}[AQgw]==)",'
+    rb'"time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)",'
+    rb'"type":"([A-Za-z][A-Za-z0-9]{0,63})"\}'
 )
 _SIG_GROUP = 6
 
@@ -312,34 +365,146 @@ def _parse_fast(raw: bytes) -> Record | None:
     at = raw.rfind(_TAIL_AT)
     if at <= _PAYLOAD_AT:
         return None
-    try:
-        tail_text = raw[at:].decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    tail = _TAIL.fullmatch(tail_text)
+    tail = _TAIL.fullmatch(raw, at)
     if tail is None:
         return None
-    payload_bytes = raw[_PAYLOAD_AT:at]
-    try:
-        payload = from_json(payload_bytes, allow_inf_nan=False, cache_strings="keys")
-    except ValueError:
-        return None
-    if type(payload) is not dict or not plain_json(payload, 1, ordered=True):
-        return None
-    if to_json(payload) != payload_bytes:
-        return None
     prev_hash, role, run_id, version, seq, sig, time, etype = tail.groups()
-    envelope = {
-        "key_id": raw[_KEY_ID].decode("ascii"),
-        "payload": payload,
-        "prev_hash": prev_hash,
-        "role": role,
-        "run_id": run_id,
-        "schema_version": int(version),
-        "seq": int(seq),
-        "time": time,
-        "type": etype,
+    payload_bytes = raw[_PAYLOAD_AT:at]
+    typed = _typed_payload(etype, version, payload_bytes)
+    payload: dict[str, Any] | None = None
+    if typed is None:
+        try:
+            parsed = from_json(payload_bytes, allow_inf_nan=False, cache_strings="keys")
+        except ValueError:
+            return None
+        if type(parsed) is not dict or not plain_json(parsed, 1, ordered=True):
+            return None
+        if to_json(parsed) != payload_bytes:
+            return None
+        payload = parsed
+    rec = Record.__new__(Record)
+    rec.raw = raw
+    rec.signed = raw[: tail.start(_SIG_GROUP) - len(_SIG_MEMBER)] + raw[tail.end(_SIG_GROUP) + 1 :]
+    rec.signature = binascii.a2b_base64(sig)
+    rec._envelope = None
+    rec.run_id = run_id.decode()
+    rec.seq = int(seq)
+    rec.type = etype.decode()
+    rec.role = role.decode()
+    rec.key_id = raw[_KEY_ID].decode()
+    rec.prev_hash = prev_hash.decode()
+    rec.schema_version = int(version)
+    rec.time = time.decode()
+    rec._payload = payload
+    rec._payload_end = at
+    rec._typed = typed
+    return rec
+
+
+def _typed_payload(etype: bytes, version: bytes, payload_bytes: bytes) -> Model | None:
+    """The payload validated into its model when that also proves it canonical, else None."""
+    model = _typed_models().get(etype)
+    if model is None or version != _SCHEMA_VERSION_BYTES or has_long_digits(payload_bytes):
+        return None
+    try:
+        obj = model.model_validate_json(payload_bytes)
+        if model.__pydantic_serializer__.to_json(obj) == payload_bytes:
+            return obj
+    except (ValidationError, PydanticSerializationError, ValueError):
+        pass
+    return None
+
+
+_SCHEMA_VERSION_BYTES = str(SCHEMA_VERSION).encode()
+_TYPED_MODELS: dict[bytes, type[Model]] | None = None
+
+# Core-schema node types whose serialisation is canonical JSON of the validated value:
+# anything else (free-form dicts, Any, floats, unions, custom serialisers, ...) keeps a
+# type on the untyped path.
+_CANONICAL_NODES = frozenset(
+    {
+        "bool",
+        "default",
+        "definition-ref",
+        "definitions",
+        "function-after",
+        "function-before",
+        "int",
+        "is-instance",
+        "json-or-python",
+        "lax-or-strict",
+        "list",
+        "literal",
+        "model",
+        "model-field",
+        "model-fields",
+        "nullable",
+        "str",
     }
-    cut = at + tail.start(_SIG_GROUP) - len(_SIG_MEMBER)
-    signed = raw[:cut] + raw[at + tail.end(_SIG_GROUP) + 1 :]
-    return Record(raw, signed, envelope, binascii.a2b_base64(sig))
+)
+
+
+def _typed_models() -> dict[bytes, type[Model]]:
+    global _TYPED_MODELS
+    if _TYPED_MODELS is None:
+        _TYPED_MODELS = {
+            name.encode(): model
+            for name, model in EVENT_TYPES.items()
+            if _serialises_canonically(model.__pydantic_core_schema__)
+        }
+    return _TYPED_MODELS
+
+
+def typed_fast_types() -> list[str]:
+    """The event types whose payloads the fast path checks by validating (for tests)."""
+    return sorted(name.decode() for name in _typed_models())
+
+
+def _serialises_canonically(node: object) -> bool:
+    """True when every value a core schema validates serialises as canonical JSON."""
+    if isinstance(node, list):
+        return all(_serialises_canonically(item) for item in node)
+    if not isinstance(node, dict):
+        return True
+    kind = node.get("type")
+    if isinstance(kind, str) and kind not in _CANONICAL_NODES:
+        return False
+    if kind == "model" and node.get("root_model"):
+        return False
+    if kind == "model-fields":
+        fields = node.get("fields", {})
+        if list(fields) != sorted(fields) or node.get("computed_fields"):
+            return False
+        if any(
+            f.get("serialization_alias") or f.get("serialization_exclude") for f in fields.values()
+        ):
+            return False
+    serialization = node.get("serialization")
+    if serialization is not None and not _string_serializer(serialization):
+        return False
+    return all(
+        _serialises_canonically(value) for key, value in node.items() if key not in _NOT_SCHEMA
+    )
+
+
+# Members of a core-schema node that hold data, not schemas.
+_NOT_SCHEMA = frozenset(
+    {
+        "cls",
+        "config",
+        "default",
+        "expected",
+        "json_schema_input_schema",
+        "metadata",
+        "serialization",
+        "function",
+    }
+)
+
+
+def _string_serializer(serialization: dict[str, Any]) -> bool:
+    """A custom serialiser is admitted only when it produces a string (exact rationals)."""
+    kind = serialization.get("type")
+    if kind == "to-string":
+        return True
+    return kind == "function-plain" and serialization.get("return_schema") == {"type": "str"}

@@ -147,7 +147,9 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _SIXTEEN_DIGITS = b"0" * 16
 
 
-def _has_long_digits(data: bytes) -> bool:
+def has_long_digits(data: bytes) -> bool:
+    """True when ``data`` has a run of 16 or more decimal digits: only then can it hold an
+    integer outside the exact range (a cheap test; digits inside strings count too)."""
     return _SIXTEEN_DIGITS in data.translate(_DIGITS_TO_ZERO)
 
 
@@ -173,7 +175,7 @@ def parse_json(data: bytes) -> JSONValue:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CanonicalError("bytes are not UTF-8") from exc
-    int_hook = _exact_int if _has_long_digits(data) else None
+    int_hook = _exact_int if has_long_digits(data) else None
     try:
         return json.loads(
             text,

@@ -8,6 +8,7 @@ model: an event whose type is not in it, or whose ``schema_version`` is not
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Literal
 
@@ -28,9 +29,21 @@ RUN_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a
 
 
 class Model(BaseModel):
-    """Base of every schema: immutable, no unknown fields."""
+    """Base of every schema: immutable, no unknown fields, fields in canonical order.
+
+    Each model's fields are put in code-point order of their names, whatever order the
+    class body declares them in: a validated instance then serialises (``to_json``,
+    ``model_dump_json``) with its members already sorted, as canonical JSON has them,
+    which lets replay check a payload canonical by re-serialising it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        declared = inspect.get_annotations(cls)
+        if declared:
+            cls.__annotations__ = dict(sorted(declared.items()))
+        super().__init_subclass__(**kwargs)
 
 
 # --------------------------------------------------------------------------- envelope

@@ -16,17 +16,21 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, Field
 
-from holedger.errors import VerificationError
+from holedger.errors import SchemaError, VerificationError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.records import (
     Record,
     _parse_fast,
     _parse_strict,
+    _serialises_canonically,
     parse_record,
     sign_event,
+    typed_fast_types,
 )
 from holedger.schemas.canonical import MAX_SAFE_INTEGER
+from holedger.schemas.events import EVENT_TYPES, Model
 
 KEY = SigningKey.from_seed("fast-parse-test", bytes(range(32)))
 RUN = "5cc5c15a-c7bd-4381-be43-6f071cd22836"
@@ -58,6 +62,9 @@ def agree(raw: bytes) -> Record | None:
         assert type(fast.envelope["seq"]) is int
         assert fast.signed == strict.signed
         assert fast.signature == strict.signature
+        if fast._typed is not None:  # validated on the fast path: the strict parse agrees
+            assert strict.typed_payload() == fast._typed
+            assert fast._typed.model_dump(mode="json") == strict.payload
     if strict is None:
         with pytest.raises(VerificationError):
             parse_record(raw)
@@ -202,3 +209,198 @@ def test_integer_bounds() -> None:
     assert agree(ok.raw) is not None
     big = _swap(ok.raw, str(MAX_SAFE_INTEGER).encode(), str(MAX_SAFE_INTEGER + 1).encode())
     assert agree(big) is None
+
+
+# ---------------------------------------------------------------- the typed fast path
+#
+# For event types whose models can only serialise to canonical JSON, the fast path
+# validates the payload straight into its model and compares the re-serialised bytes.
+
+CALL: dict[str, Any] = {
+    "allowed": True,
+    "attempt": 0,
+    "budget": {
+        "cap": 1000000,
+        "outstanding": 0,
+        "reservations": 12,
+        "settled": 10896,
+        "settled_calls": 12,
+        "trial_cap": None,
+        "trial_outstanding": 0,
+        "trial_settled": 0,
+    },
+    "call_id": "call-12",
+    "case_id": "case-2",
+    "latency_ms": 41,
+    "model_requested": "sim-small",
+    "model_served": "sim-small",
+    "request_digest": "ab" * 32,
+    "request_id": "req-0",
+    "reservation_index": 12,
+    "reserved": 2048,
+    "response_digest": "cd" * 32,
+    "scope": "target",
+    "status": 200,
+    "tokens": {"cached": 128, "input": 812, "output": 96, "reasoning": 0, "total": 908},
+    "trial_id": "trial-4",
+}
+
+
+def call_record() -> Record:
+    payload = EVENT_TYPES["GatewayCall"].model_validate(CALL).model_dump(mode="json")
+    return make(payload)
+
+
+def test_hot_event_types_are_checked_by_validation() -> None:
+    assert {"GatewayCall", "Checkpoint", "CandidateCommitted"} <= set(typed_fast_types())
+    fast = agree(call_record().raw)
+    assert fast is not None and fast._typed is not None
+    assert fast.typed_payload() is fast._typed
+    assert fast.payload == fast._typed.model_dump(mode="json")
+
+
+TYPED_NEAR_MISSES: list[tuple[str, bytes, bytes]] = [
+    (
+        "nested members out of order",
+        b'"cap":1000000,"outstanding":0',
+        b'"outstanding":0,"cap":1000000',
+    ),
+    ("members out of order", b'"allowed":true,"attempt":0', b'"attempt":0,"allowed":true'),
+    ("float for an integer", b'"status":200', b'"status":200.0'),
+    ("exponent for an integer", b'"status":200', b'"status":2e2'),
+    ("integer beyond 2**53 - 1", b'"reserved":2048', b'"reserved":9007199254740993'),
+    ("escaped character", b'"sim-small"', b'"sim\\u002dsmall"'),
+    ("duplicate member", b'"status":200', b'"status":200,"status":200'),
+    ("whitespace", b'"status":200', b'"status": 200'),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new"), TYPED_NEAR_MISSES, ids=[n for n, _, _ in TYPED_NEAR_MISSES]
+)
+def test_typed_near_misses_are_refused_by_both(name: str, old: bytes, new: bytes) -> None:
+    mutated = _swap(call_record().raw, old, new)
+    assert agree(mutated) is None, name
+
+
+INVALID_PAYLOADS: list[tuple[str, bytes, bytes]] = [
+    ("unknown member", b'"allowed":true', b'"aaa":1,"allowed":true'),
+    ("upper-case digest", b'"request_digest":"abab', b'"request_digest":"ABab'),
+    ("negative reservation", b'"reserved":2048', b'"reserved":-1'),
+    ("unknown scope", b'"scope":"target"', b'"scope":"judge"'),
+    ("missing member", b'"call_id":"call-12",', b""),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new"), INVALID_PAYLOADS, ids=[n for n, _, _ in INVALID_PAYLOADS]
+)
+def test_canonical_but_invalid_payloads_fail_the_schema_check(
+    name: str, old: bytes, new: bytes
+) -> None:
+    mutated = _swap(call_record().raw, old, new)
+    fast = agree(mutated)
+    assert fast is not None, name  # still canonical JSON: the record parses ...
+    assert fast._typed is None  # ... but the typed path did not vouch for the payload
+    with pytest.raises(SchemaError):
+        fast.typed_payload()
+
+
+def test_an_omitted_default_is_valid_but_not_taken_as_canonical_by_the_typed_path() -> None:
+    mutated = _swap(call_record().raw, b'"stream":false,', b"")
+    fast = agree(mutated)
+    assert fast is not None and fast._typed is None
+    assert fast.typed_payload() == _parse_strict(mutated).typed_payload()
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    st.integers(-(2**60), 2**60),
+    st.text(max_size=10),
+    st.sampled_from(["reserved", "status", "latency_ms", "attempt"]),
+)
+def test_typed_payload_values_agree(number: int, text: str, field: str) -> None:
+    payload = dict(CALL, call_id=text)
+    payload[field] = number
+    try:
+        rec = make(EVENT_TYPES["GatewayCall"].model_validate(payload).model_dump(mode="json"))
+    except Exception:
+        return  # refused at signing (out of range, lone surrogate) or invalid
+    agree(rec.raw)
+
+
+def _all_models() -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = [Model]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            found.append(sub)
+            todo.append(sub)
+    return found
+
+
+def test_every_model_declares_its_fields_in_canonical_order() -> None:
+    models = [m for m in _all_models() if m.__module__.startswith("holedger.")]
+    assert len(models) > 20
+    for model in models:
+        own = [name for name in model.model_fields if name in model.__annotations__]
+        assert own == sorted(own), model.__name__
+
+
+def test_models_that_cannot_prove_canonical_bytes_are_left_to_the_untyped_path() -> None:
+    class WithDict(Model):
+        limits: dict[str, int]
+
+    class WithFloat(Model):
+        x: float
+
+    class WithAny(Model):
+        x: Any
+
+    class Unsorted(BaseModel):
+        b: int
+        a: int
+
+    class Fine(Model):
+        b: int
+        a: str | None = None
+        keys: list[str] = Field(default_factory=list)
+
+    for model in (WithDict, WithFloat, WithAny, Unsorted):
+        assert not _serialises_canonically(model.__pydantic_core_schema__), model.__name__
+    assert _serialises_canonically(Fine.__pydantic_core_schema__)
+
+
+def test_free_form_members_out_of_order_are_refused() -> None:
+    trial = {
+        "answer_digest": None,
+        "attempt": 0,
+        "backend": "bwrap",
+        "candidate": "0" * 40,
+        "case_id": "c1",
+        "exit_status": 0,
+        "gateway_calls": 1,
+        "isolation": "isolated",
+        "limits": {"cpu_s": 30, "memory_mb": 512},
+        "oom": False,
+        "output_digest": None,
+        "request_id": "r1",
+        "score": "0.5",
+        "split": "dev",
+        "timed_out": False,
+        "tokens": {"cached": 0, "input": 1, "output": 1, "reasoning": 0, "total": 2},
+        "trace_digest": None,
+        "trial_id": "t1",
+        "wall_ms": 5,
+    }
+    payload = EVENT_TYPES["TrialCompleted"].model_validate(trial).model_dump(mode="json")
+    rec = make(payload, event_type="TrialCompleted", role="sandbox")
+    assert agree(rec.raw) is not None
+    mutated = _swap(rec.raw, b'"cpu_s":30,"memory_mb":512', b'"memory_mb":512,"cpu_s":30')
+    assert agree(mutated) is None
+    closed = make(
+        {"reason": "completed", "summary": {"a": 1, "b": 2}}, event_type="RunClosed", role="server"
+    )
+    assert agree(closed.raw) is not None
+    assert agree(_swap(closed.raw, b'"a":1,"b":2', b'"b":2,"a":1')) is None
