@@ -3,11 +3,12 @@
 Ed25519 verification is most of replay's cost and each signature is independent of the
 others, so it parallelises; everything that depends on order (seq, chain, Merkle
 frontier, checkpoints, projections) stays in the calling process. Records are parsed in
-chunks; each chunk's signatures go to a worker with the keys RunOpened declares, while
-the next chunks are parsed; results are consumed strictly in stream order, so the
-report is exactly the one a single-process replay gives. A verdict from a worker is used
-only if it was computed with the key the in-order pass would use; otherwise (a run whose
-RunOpened is damaged, say) the signature is verified again in order.
+chunks; a chunk's signatures go to a worker with the keys RunOpened declares, or are
+verified here when the workers already have enough waiting; results are consumed
+strictly in stream order, so the report is exactly the one a single-process replay gives.
+A verdict from a worker is used only if it was computed with the key the in-order pass
+would use; otherwise (a run whose RunOpened is damaged, say) the signature is verified
+again in order.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from holedger.ledger.records import Record, parse_record
 if TYPE_CHECKING:
     from holedger.replay.engine import _Verifier
 
-CHUNK = 1024
+CHUNK = 256
 LOCAL_CHUNK = 128
+WAITING_PER_WORKER = 4  # chunks queued for one worker before this process verifies one itself
+WINDOW = 64  # chunks parsed ahead of the in-order checks at most
 
 Job = tuple[str, bytes, bytes]  # role, signed bytes, signature
 Parsed = Record | VerificationError
@@ -128,22 +131,42 @@ def _feed_chunk(
 
 
 def feed_in_parallel(verifier: _Verifier, records: Iterable[bytes], workers: int) -> None:
-    """Feed ``records`` to ``verifier`` in order, verifying signatures in ``workers``."""
-    keys: dict[str, bytes] | None = None
-    window: deque[tuple[list[Parsed], dict[str, bytes], Future[list[bool | None]]]] = deque()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+    """Feed ``records`` to ``verifier`` in order, verifying signatures in ``workers``
+    processes: this one and ``workers - 1`` others.
 
-        def drain_one() -> None:
-            parsed, used, future = window.popleft()
-            _feed_chunk(verifier, parsed, used, future.result())
+    A chunk's signatures go to a worker process while the workers have fewer than
+    WAITING_PER_WORKER chunks each still to verify; otherwise this process verifies them
+    itself, between parsing and checking chunks. So ``workers`` processes stay busy (no more
+    than asked for, none waiting while there is work), and the share this process
+    verifies adapts to how much else it has to do.
+    """
+    Verdicts = list[bool | None]
+    keys: dict[str, bytes] | None = None
+    window: deque[tuple[list[Parsed], dict[str, bytes], Future[Verdicts] | Verdicts]] = deque()
+    limit = WAITING_PER_WORKER * (workers - 1)
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_context()) as pool:
+
+        def drain(block: bool) -> None:
+            while window:
+                parsed, used, verdicts = window[0]
+                if isinstance(verdicts, Future):
+                    if not (block or verdicts.done()):
+                        return
+                    verdicts = verdicts.result()
+                window.popleft()
+                _feed_chunk(verifier, parsed, used, verdicts)
+                block = False
 
         for chunk in _chunks(records, CHUNK):
             parsed = [_parse(raw) for raw in chunk]
             if keys is None:
                 keys = declared_keys(parsed[0])
             jobs = [(r.role, r.signed, r.signature) for r in parsed if isinstance(r, Record)]
-            window.append((parsed, keys, pool.submit(verify_chunk, keys, jobs)))
-            while len(window) > 2 * workers:
-                drain_one()
+            waiting = sum(1 for _, _, v in window if isinstance(v, Future) and not v.done())
+            if waiting < limit:
+                window.append((parsed, keys, pool.submit(verify_chunk, keys, jobs)))
+            else:
+                window.append((parsed, keys, verify_chunk(keys, jobs)))
+            drain(block=len(window) > WINDOW)
         while window:
-            drain_one()
+            drain(block=True)

@@ -31,6 +31,11 @@ def _both(
     blobs = LedgerBlobs(ledger)
     one = verify_records(run_id, records, blobs, projections=(), **kw)  # type: ignore[arg-type]
     two = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
+    # Every chunk verified here, and every chunk sent to the worker: the same report too.
+    for waiting in (0, 10_000):
+        monkeypatch.setattr(parallel, "WAITING_PER_WORKER", waiting)
+        again = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
+        assert again == two
     return one, two
 
 
