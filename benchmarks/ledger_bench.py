@@ -433,7 +433,7 @@ def main() -> None:
             print(f"3. replay verification of a {replay_n}-event run (SQLite, integrity checks)")
             print("                       replay/s   raw verify/s   ratio (target >= 0.85)")
             print(f"   1 process        {r1:10.0f}   {raw1:12.0f}   {r1 / raw1:6.2f}")
-            print(f"   {workers} signature workers {rn:8.0f}   {rawn:12.0f}   {rn / rawn:6.2f}\n")
+            print(f"   {workers} processes     {rn:8.0f}   {rawn:12.0f}   {rn / rawn:6.2f}\n")
 
             if args.million:
                 n = args.million

@@ -408,7 +408,9 @@ def _typed_payload(etype: bytes, version: bytes, payload_bytes: bytes) -> Model 
         return None
     try:
         obj = model.model_validate_json(payload_bytes)
-        if model.__pydantic_serializer__.to_json(obj) == payload_bytes:
+        # warnings="error": a value its field's serialiser does not expect (a validator
+        # that returned a float for an int field, say) fails instead of being written.
+        if model.__pydantic_serializer__.to_json(obj, warnings="error") == payload_bytes:
             return obj
     except (ValidationError, PydanticSerializationError, ValueError):
         pass
@@ -470,6 +472,13 @@ def _serialises_canonically(node: object) -> bool:
     if isinstance(kind, str) and kind not in _CANONICAL_NODES:
         return False
     if kind == "model" and node.get("root_model"):
+        return False
+    config = node.get("config")
+    if isinstance(config, dict) and (
+        config.get("extra_fields_behavior") == "allow" or config.get("serialize_by_alias")
+    ):
+        return False  # extra members would be serialised as they came, unchecked
+    if node.get("extra_behavior") == "allow":
         return False
     if kind == "model-fields":
         fields = node.get("fields", {})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -394,6 +395,11 @@ def verify_records(
     return out.build(run_id, verifier.events)
 
 
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_was_enabled = False
+
+
 @contextmanager
 def _no_cyclic_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while records stream through.
@@ -401,15 +407,23 @@ def _no_cyclic_gc() -> Iterator[None]:
     Each record leaves a handful of short-lived containers (its model instances) that
     reference counting frees; the collector would still walk them, and every object the
     process holds, over and over (about a fifth of replay's own time). Nothing replay
-    builds is cyclic, so pausing it holds no memory back; it resumes afterwards.
+    builds is cyclic, so pausing it holds no memory back. The collector is process-wide:
+    overlapping replays (threads of a server) pause it once, and the last one to finish
+    restores it as it was.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _gc_pausers, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 class LedgerBlobs:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import base64
 import random
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from holedger.errors import SchemaError, VerificationError
+from holedger.ledger import records
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.records import (
     Record,
@@ -362,12 +363,23 @@ def test_models_that_cannot_prove_canonical_bytes_are_left_to_the_untyped_path()
         b: int
         a: int
 
+    class Open(Model):
+        model_config = ConfigDict(extra="allow")
+        text: str
+
+    class Inner(Model):
+        model_config = ConfigDict(extra="allow")
+        n: int
+
+    class OpenInside(Model):
+        inner: Inner
+
     class Fine(Model):
         b: int
         a: str | None = None
         keys: list[str] = Field(default_factory=list)
 
-    for model in (WithDict, WithFloat, WithAny, Unsorted):
+    for model in (WithDict, WithFloat, WithAny, Unsorted, Open, OpenInside):
         assert not _serialises_canonically(model.__pydantic_core_schema__), model.__name__
     assert _serialises_canonically(Fine.__pydantic_core_schema__)
 
@@ -404,3 +416,22 @@ def test_free_form_members_out_of_order_are_refused() -> None:
     )
     assert agree(closed.raw) is not None
     assert agree(_swap(closed.raw, b'"a":1,"b":2', b'"b":2,"a":1')) is None
+
+
+def test_a_value_its_serialiser_does_not_expect_is_not_taken_as_canonical(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A validator may hand a field's serialiser a value of another type (here a float for
+    an int); the serialiser would write it as it is, so the typed path must refuse it."""
+
+    class Odd(Model):
+        n: Annotated[int, AfterValidator(float)]
+
+    assert _serialises_canonically(Odd.__pydantic_core_schema__)
+    monkeypatch.setitem(EVENT_TYPES, "Odd", Odd)
+    monkeypatch.setattr(records, "_TYPED_MODELS", None)
+    assert "Odd" in typed_fast_types()
+    rec = make({"n": 1}, event_type="Odd")
+    mutated = _swap(rec.raw, b'"n":1', b'"n":1.0')
+    assert _parse_fast(mutated) is None
+    assert agree(mutated) is None
