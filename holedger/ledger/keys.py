@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from holedger.errors import ConfigError, UsageError
+from holedger.ledger.edwards import public_key_problem
 
 ALG_ED25519 = 0x01
 
@@ -111,6 +112,9 @@ class PublicKey:
         key = cls(check_key_name(name), raw[1:])
         if key.key_id_hex != hex_id.lower():
             raise UsageError(f"verifier key id {hex_id} does not match its key")
+        problem = public_key_problem(key.raw)
+        if problem is not None:
+            raise UsageError(f"verifier key {name} is unusable: {problem}")
         return key
 
 

@@ -24,6 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from holedger.errors import NotFoundError, SchemaError, VerificationError
+from holedger.ledger.edwards import public_key_problem
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import parse_checkpoint, verify_note
@@ -202,6 +203,10 @@ class _Verifier:
             key = PublicKey(info.name, _b64(info.public_key))
             if len(key.raw) != 32 or key.key_id_hex != info.key_id:
                 self._broken(0, rec.type, f"declared {role} key is malformed", "keys")
+                return
+            problem = public_key_problem(key.raw)
+            if problem is not None:
+                self._broken(0, rec.type, f"declared {role} key is unusable: {problem}", "keys")
                 return
             declared[role] = key
         if self.trusted:

@@ -128,9 +128,12 @@ def flip(raw: bytes, position: int) -> bytes:
     return bytes(out)
 
 
-def resign_run(rows: list[Row], key: SigningKey) -> list[bytes]:
+def resign_run(
+    rows: list[Row], key: SigningKey, declare: dict[str, dict[str, str]] | None = None
+) -> list[bytes]:
     """Rewrite a whole run under ``key``: RunOpened declares it, every event is re-signed,
-    re-chained and every checkpoint recomputed, so only a pinned key can tell."""
+    re-chained and every checkpoint recomputed, so only a pinned key can tell.
+    ``declare`` makes RunOpened declare other key entries for some roles."""
     out: list[bytes] = []
     prev = ZERO_HASH
     frontier = MerkleFrontier()
@@ -143,7 +146,7 @@ def resign_run(rows: list[Row], key: SigningKey) -> list[bytes]:
         rec = parse_record(row.state)
         payload = dict(rec.payload)
         if rec.type == "RunOpened":
-            payload["keys"] = {role: declared for role in payload["keys"]}
+            payload["keys"] = {role: declared for role in payload["keys"]} | (declare or {})
         if rec.type == "Checkpoint":
             root = frontier.root()
             body = checkpoint_body(f"holedger/run/{rec.run_id}", frontier.size, root)
