@@ -448,7 +448,7 @@ def main() -> None:
                 print(f"4. a generated {n}-event run (written in {made:.0f} s)")
                 for label, w, proj in (
                     ("integrity checks, 1 process", 1, False),
-                    (f"all projections, {workers} workers", workers, True),
+                    (f"all projections, {workers} processes", workers, True),
                 ):
                     res = measure_replay_process(url, big, w, proj)
                     speed = res["events"] / res["seconds"]
