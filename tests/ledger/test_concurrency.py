@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy.exc
+from eventsourcing.persistence import IntegrityError, StoredEvent
 from sqlalchemy.orm import Session
 
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.store import Ledger
+from holedger.ledger.store import HoledgerApplicationRecorder, Ledger
 from holedger.replay.engine import replay_run
 
 from .recorded_run import open_run
@@ -138,4 +140,40 @@ def test_a_failed_commit_raises_and_is_not_stored(
     ledger.append(run_id, "GatewayCall", gateway_call("after"), "gateway")  # appending goes on
     ledger.close_run(run_id)
     assert replay_run(ledger, run_id, projections=()).verified
+    ledger.close()
+
+
+def test_the_recorder_keeps_order_ids_and_stream_positions(
+    url: str, key: SigningKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """holedger's recorder (one multi-row INSERT per batch) keeps the stock recorder's
+    contract: notification ids in batch order, a taken stream position refused with
+    IntegrityError and nothing of that batch kept; and it falls back to the stock insert
+    where the driver cannot return ids in parameter order."""
+    ledger = Ledger.open(url, key)
+    recorder = ledger.app.recorder
+    assert isinstance(recorder, HoledgerApplicationRecorder)
+    stream = uuid.uuid4()
+
+    def event(version: int, state: bytes) -> StoredEvent:
+        return StoredEvent(originator_id=stream, originator_version=version, topic="T", state=state)
+
+    ids = recorder.insert_events([event(v, b"s%d" % v) for v in (1, 2, 3)])
+    assert ids is not None and list(ids) == sorted(ids) and len(set(ids)) == 3
+    notes = recorder.select_notifications(start=ids[0], limit=10)
+    assert [(n.id, n.originator_version, n.state) for n in notes] == [
+        (ids[0], 1, b"s1"),
+        (ids[1], 2, b"s2"),
+        (ids[2], 3, b"s3"),
+    ]
+    with pytest.raises(IntegrityError):
+        recorder.insert_events([event(4, b"s4"), event(3, b"again")])
+    assert [e.originator_version for e in recorder.select_events(stream)] == [1, 2, 3]
+
+    monkeypatch.setattr(
+        ledger.app.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False
+    )
+    more = recorder.insert_events([event(4, b"s4"), event(5, b"s5")])
+    assert more is not None and len(more) == 2 and min(more) > max(ids)
+    assert [e.state for e in recorder.select_events(stream)] == [b"s1", b"s2", b"s3", b"s4", b"s5"]
     ledger.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from eventsourcing_sqlalchemy.recorders import SQLAlchemyApplicationRecorder
 from pgdb import fresh_database
 from sqlalchemy import text
 
@@ -94,13 +95,22 @@ def test_every_ledger_connection_has_a_lock_timeout(pg_url: str) -> None:
         ledger.close()
 
 
-def test_inserts_never_use_eventsourcing_db_functions(pg_url: str) -> None:
+def test_inserts_never_use_eventsourcing_db_functions(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = Ledger.open(pg_url, SigningKey.generate(KEY_NAME))
+    recorder = ledger.app.recorder
+    locks: list[object] = []
+    lock_table = recorder._lock_table  # type: ignore[attr-defined]
+    monkeypatch.setattr(recorder, "_lock_table", lambda s: (locks.append(s), lock_table(s)))
     try:
         run_id = open_run(ledger)
         ledger.append(run_id, "GatewayCall", gateway_call("x"), "gateway")
         assert "POSTGRES_ENABLE_DB_FUNCTIONS" not in ledger.app.env
-        assert type(ledger.app.recorder).__module__.startswith("eventsourcing_sqlalchemy")
+        # eventsourcing-sqlalchemy's recorder (holedger's subclass), which locks the table
+        # before every insert: the DB-functions path would skip that lock.
+        assert isinstance(recorder, SQLAlchemyApplicationRecorder)
+        assert len(locks) == 2  # RunOpened, then the GatewayCall
         with ledger.app.engine.connect() as conn:
             functions = conn.execute(
                 text("SELECT count(*) FROM pg_proc WHERE proname LIKE 'es_insert_events%'")
