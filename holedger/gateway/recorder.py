@@ -151,10 +151,14 @@ class EventWriter:
                     blobs.extend(more_blobs)
 
         self._retrying(gather, recovers=False)  # failing here is a bug: the gateway fails closed
-        if blobs:
-            self._retrying(partial(self.ledger.put_blobs, list(dict.fromkeys(blobs))))
-        for run_id, events in by_run.items():
-            self._retrying(partial(self.ledger.append_many, run_id, events))
+        unique = list(dict.fromkeys(blobs))
+        if not by_run and unique:
+            self._retrying(partial(self.ledger.put_blobs, unique))
+        # The blobs go into the first run's transaction, with its events and before them;
+        # any other run's events are written after that transaction has committed.
+        for index, (run_id, events) in enumerate(by_run.items()):
+            with_blobs = unique if index == 0 else []
+            self._retrying(partial(self.ledger.append_many, run_id, events, blobs=with_blobs))
 
     def _retrying(self, action: Callable[[], object], *, recovers: bool = True) -> None:
         """Run ``action`` until it succeeds: audit events are never dropped. While it

@@ -17,7 +17,6 @@ database, so one URL is the whole ledger.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import threading
 import uuid
@@ -51,10 +50,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.exc import OperationalError as SAOperationalError
 from sqlalchemy.orm import Session
 
@@ -69,11 +65,21 @@ from holedger.errors import (
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
-from holedger.ledger.records import Record, parse_record, payload_dict, sign_envelope, utc_now
+from holedger.ledger.records import (
+    Record,
+    canonical_payload,
+    envelope_bytes,
+    parse_record,
+    payload_dict,
+    sign_envelope,
+    typed_record,
+    utc_now,
+)
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
     SCHEMA_VERSION,
     Checkpoint,
+    Model,
     PublicKeyInfo,
     RunClosed,
     RunOpened,
@@ -95,6 +101,44 @@ blobs_table = Table(
     Column("size", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
 )
+
+
+def blob_rows(blobs: Sequence[bytes]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The blobs' digests in order, and one blobs-table row per distinct blob."""
+    for data in blobs:
+        if len(data) > MAX_BLOB_BYTES:
+            raise UsageError(f"blob of {len(data)} bytes is over the {MAX_BLOB_BYTES} byte cap")
+    digests = [hashlib.sha256(data).hexdigest() for data in blobs]
+    rows = {
+        d: {"digest": d, "size": len(b), "data": b} for d, b in zip(digests, blobs, strict=True)
+    }
+    return digests, list(rows.values())
+
+
+def insert_blobs(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert blobs-table rows in ``session``'s transaction; a blob already there is kept
+    (content addressed: same digest, same bytes)."""
+    dialect = session.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        # Straight through the driver's executemany: SQLAlchemy's per-row bind processing
+        # of the binary column costs more than the insert itself.
+        mark = "?" if dialect == "sqlite" else "%s"
+        sql = (
+            f"INSERT INTO {blobs_table.name} (digest, size, data) "
+            f"VALUES ({mark}, {mark}, {mark}) ON CONFLICT (digest) DO NOTHING"
+        )
+        cursor = session.connection().connection.cursor()
+        try:
+            cursor.executemany(sql, [(r["digest"], r["size"], r["data"]) for r in rows])
+        finally:
+            cursor.close()
+    else:
+        for row in rows:
+            present = session.execute(
+                select(blobs_table.c.size).where(blobs_table.c.digest == row["digest"])
+            ).first()
+            if present is None:
+                session.execute(blobs_table.insert().values(**row))
 
 
 def run_uuid(run_id: str) -> uuid.UUID:
@@ -133,6 +177,18 @@ class HoledgerApplicationRecorder(SQLAlchemyApplicationRecorder):
     still gets an IntegrityError), the same notification ids returned and the same notify;
     only the ORM unit of work, most of an append's cost outside signing, is skipped.
     """
+
+    def _insert_events(
+        self,
+        session: Session,
+        stored_events: Sequence[StoredEvent],
+        *,
+        blobs: Sequence[dict[str, Any]] = (),
+        **kwargs: Any,
+    ) -> None:
+        """Store ``blobs`` (rows of the blobs table) in the events' transaction, first."""
+        if blobs:
+            insert_blobs(session, blobs)
 
     def _insert_stored_events(
         self, session: Session, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -183,21 +239,19 @@ class HoledgerSQLAlchemyFactory(SQLAlchemyFactory):
 
 @dataclass(frozen=True)
 class PendingEvent:
-    """An event decided, chained and encoded, but not yet signed."""
+    """An event decided, chained and encoded, but not yet signed.
+
+    ``envelope`` is its dict, or None when the payload's model (``typed``) encoded it.
+    """
 
     originator_id: uuid.UUID
     originator_version: int
     role: Role
-    envelope: dict[str, Any]
+    event_type: str
+    prev_hash: str
     signed: bytes
-
-    @property
-    def event_type(self) -> str:
-        return str(self.envelope["type"])
-
-    @property
-    def prev_hash(self) -> str:
-        return str(self.envelope["prev_hash"])
+    envelope: dict[str, Any] | None = None
+    typed: Model | None = None
 
 
 class SignedRecordMapper(Mapper[uuid.UUID]):
@@ -208,7 +262,12 @@ class SignedRecordMapper(Mapper[uuid.UUID]):
         self.signers = signers
 
     def sign(self, event: PendingEvent) -> tuple[StoredEvent, Record]:
-        record = sign_envelope(self.signers[event.role], event.envelope, event.signed)
+        key = self.signers[event.role]
+        if event.envelope is not None:
+            record = sign_envelope(key, event.envelope, event.signed)
+        else:
+            assert event.typed is not None
+            record = typed_record(event.signed, key.sign(event.signed), event.typed)
         stored = StoredEvent(
             originator_id=event.originator_id,
             originator_version=event.originator_version,
@@ -499,14 +558,18 @@ class Ledger:
         items: Sequence[tuple[str, BaseModel | dict[str, Any], Role]],
         *,
         expected_seq: int | None = None,
+        blobs: Sequence[bytes] = (),
     ) -> list[Record]:
         """Append ``items`` atomically, with automatic Checkpoint events in between.
 
         ``expected_seq`` is the seq the first item must get; when another writer has
-        appended since, LedgerConflictError is raised and nothing is written.
+        appended since, LedgerConflictError is raised and nothing is written. ``blobs``
+        are stored in the same transaction, before the events (which may refer to them).
         """
         if not items:
+            self.put_blobs(blobs)
             return []
+        _, blob_table_rows = blob_rows(blobs)
         rid = run_uuid(run_id)
         with self._lock:
             head = self._head(run_id)
@@ -524,7 +587,8 @@ class Ledger:
             for event_type, payload, role in items:
                 if role not in ROLES:
                     raise UsageError(f"unknown role {role!r}")
-                body = payload_dict(event_type, payload)
+                typed = canonical_payload(event_type, payload)
+                body = typed or payload_dict(event_type, payload)
                 self._stage(rid, new_head, pending, event_type, role, body)
                 if event_type == "RunClosed" or (
                     event_type != "Checkpoint"
@@ -532,7 +596,9 @@ class Ledger:
                 ):
                     self._stage_checkpoint(run_id, rid, new_head, pending)
             try:
-                records: list[Record] = self.app.events.put(pending)  # type: ignore[assignment]
+                records: list[Record] = self.app.events.put(  # type: ignore[assignment]
+                    pending, blobs=blob_table_rows
+                )
             except IntegrityError as exc:
                 self._heads.pop(run_id, None)
                 raise LedgerConflictError(
@@ -554,21 +620,43 @@ class Ledger:
         pending: list[PendingEvent],
         event_type: str,
         role: Role,
-        body: dict[str, Any],
+        body: dict[str, Any] | tuple[Model, bytes],
     ) -> None:
-        envelope = {
-            "run_id": str(rid),
-            "seq": head.next_seq,
-            "type": event_type,
-            "schema_version": SCHEMA_VERSION,
-            "time": utc_now(),
-            "role": role,
-            "key_id": self.signers[role].key_id_hex,
-            "prev_hash": head.last_hash,
-            "payload": body,
-        }
-        signed = canonical_json(envelope)
-        pending.append(PendingEvent(rid, head.next_seq + 1, role, envelope, signed))
+        """Encode one event onto ``head``: from its payload's dict, or from its model and
+        the model's canonical bytes (``records.canonical_payload``)."""
+        run_id, time, key_id = str(rid), utc_now(), self.signers[role].key_id_hex
+        if isinstance(body, tuple):
+            typed, payload = body
+            signed = envelope_bytes(
+                run_id=run_id,
+                seq=head.next_seq,
+                event_type=event_type,
+                role=role,
+                key_id=key_id,
+                prev_hash=head.last_hash,
+                time=time,
+                payload=payload,
+            )
+            event = PendingEvent(
+                rid, head.next_seq + 1, role, event_type, head.last_hash, signed, typed=typed
+            )
+        else:
+            envelope = {
+                "run_id": run_id,
+                "seq": head.next_seq,
+                "type": event_type,
+                "schema_version": SCHEMA_VERSION,
+                "time": time,
+                "role": role,
+                "key_id": key_id,
+                "prev_hash": head.last_hash,
+                "payload": body,
+            }
+            signed = canonical_json(envelope)
+            event = PendingEvent(
+                rid, head.next_seq + 1, role, event_type, head.last_hash, signed, envelope
+            )
+        pending.append(event)
         head.frontier.append(hashlib.sha256(b"\x00" + signed).digest())
         head.last_hash = hashlib.sha256(signed).hexdigest()
         head.next_seq += 1
@@ -580,8 +668,9 @@ class Ledger:
         size = head.frontier.size
         root = head.frontier.root()
         note = sign_note(checkpoint_body(origin_of(run_id), size, root), self.signers["server"])
-        payload = Checkpoint(size=size, root=root.hex(), note=note).model_dump(mode="json")
-        self._stage(rid, head, pending, "Checkpoint", "server", payload)
+        checkpoint = Checkpoint(size=size, root=root.hex(), note=note)
+        body = canonical_payload("Checkpoint", checkpoint) or checkpoint.model_dump(mode="json")
+        self._stage(rid, head, pending, "Checkpoint", "server", body)
 
     def close_run(
         self, run_id: str, reason: str = "completed", summary: dict[str, Any] | None = None
@@ -747,28 +836,10 @@ class Ledger:
 
     def put_blobs(self, blobs: Sequence[bytes]) -> list[str]:
         """Store many blobs in one transaction; idempotent; returns their digests in order."""
-        for data in blobs:
-            if len(data) > MAX_BLOB_BYTES:
-                raise UsageError(f"blob of {len(data)} bytes is over the {MAX_BLOB_BYTES} byte cap")
-        digests = [hashlib.sha256(data).hexdigest() for data in blobs]
-        rows = {
-            d: {"digest": d, "size": len(b), "data": b} for d, b in zip(digests, blobs, strict=True)
-        }
-        if not rows:
-            return digests
-        engine = self.app.engine
-        if engine.dialect.name == "sqlite":
-            stmt: Any = sqlite_insert(blobs_table).on_conflict_do_nothing()
-        elif engine.dialect.name == "postgresql":
-            stmt = pg_insert(blobs_table).on_conflict_do_nothing()
-        else:
-            for digest, row in rows.items():
-                if not self.has_blob(digest):
-                    with contextlib.suppress(SAIntegrityError), engine.begin() as conn:
-                        conn.execute(blobs_table.insert().values(**row))
-            return digests
-        with engine.begin() as conn:
-            conn.execute(stmt, list(rows.values()))
+        digests, rows = blob_rows(blobs)
+        if rows:
+            with Session(self.app.engine) as session, session.begin():
+                insert_blobs(session, rows)
         return digests
 
     def get_blob(self, digest: str) -> bytes:

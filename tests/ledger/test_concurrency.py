@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import sqlite3
 import uuid
@@ -21,6 +22,7 @@ import sqlalchemy.exc
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from sqlalchemy.orm import Session
 
+from holedger.errors import LedgerConflictError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import HoledgerApplicationRecorder, Ledger
 from holedger.replay.engine import replay_run
@@ -177,3 +179,28 @@ def test_the_recorder_keeps_order_ids_and_stream_positions(
     assert more is not None and len(more) == 2 and min(more) > max(ids)
     assert [e.state for e in recorder.select_events(stream)] == [b"s1", b"s2", b"s3", b"s4", b"s5"]
     ledger.close()
+
+
+def test_blobs_are_stored_in_the_events_transaction(url: str, key: SigningKey) -> None:
+    """Blobs handed to append_many commit with its events or not at all: a writer that
+    loses a race stores neither, and its retry stores both."""
+    first = Ledger.open(url, key)
+    second = Ledger.open(url, key, create_tables=False)
+    run_id = open_run(first)
+    first.append(run_id, "GatewayCall", gateway_call("warm"), "gateway")  # caches the head
+    second.append(run_id, "GatewayCall", gateway_call("other"), "gateway")  # moves it
+    body = b"a request body only the losing batch carries"
+    digest = hashlib.sha256(body).hexdigest()
+    call = dict(gateway_call("loser"), request_digest=digest)
+    with pytest.raises(LedgerConflictError):
+        first.append_many(run_id, [("GatewayCall", call, "gateway")], blobs=[body])
+    assert not first.has_blob(digest)
+    first.append_many(run_id, [("GatewayCall", call, "gateway")], blobs=[body, body])
+    assert first.get_blob(digest) == body
+    first.append_many(run_id, [], blobs=[b"alone"])  # no events: the blobs still land
+    assert first.has_blob(hashlib.sha256(b"alone").hexdigest())
+    first.close_run(run_id)
+    report = replay_run(first, run_id, projections=())  # integrity: every blob is present
+    assert report.verified, report.failures
+    first.close()
+    second.close()
