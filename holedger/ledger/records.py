@@ -359,8 +359,7 @@ _TAIL = re.compile(
 _SIG_GROUP = 6
 
 
-def _parse_fast(raw: bytes, known: Model | None = None) -> Record | None:
-    """``known``: the payload's model when the caller built ``raw`` from it (signing)."""
+def _parse_fast(raw: bytes) -> Record | None:
     if _HEAD.match(raw) is None:
         return None
     at = raw.rfind(_TAIL_AT)
@@ -371,7 +370,7 @@ def _parse_fast(raw: bytes, known: Model | None = None) -> Record | None:
         return None
     prev_hash, role, run_id, version, seq, sig, time, etype = tail.groups()
     payload_bytes = raw[_PAYLOAD_AT:at]
-    typed = known if known is not None else _typed_payload(etype, version, payload_bytes)
+    typed = _typed_payload(etype, version, payload_bytes)
     payload: dict[str, Any] | None = None
     if typed is None:
         try:
@@ -399,78 +398,6 @@ def _parse_fast(raw: bytes, known: Model | None = None) -> Record | None:
     rec._payload = payload
     rec._payload_end = at
     rec._typed = typed
-    return rec
-
-
-def canonical_payload(
-    event_type: str, payload: BaseModel | dict[str, Any]
-) -> tuple[Model, bytes] | None:
-    """For a type the typed path covers: the payload validated into its model, and its
-    canonical JSON straight from the model's serialiser; None for any other type or a
-    payload that does not validate or serialise cleanly (``payload_dict`` and
-    ``canonical_json`` then take it, and name what is wrong)."""
-    model = _typed_models().get(event_type.encode())
-    if model is None:
-        return None
-    try:
-        if type(payload) is model:
-            obj: Model = payload
-        elif isinstance(payload, dict):
-            obj = model.model_validate(payload)
-        else:
-            return None
-        data = model.__pydantic_serializer__.to_json(obj, warnings="error")
-    except (ValidationError, PydanticSerializationError, ValueError):
-        return None
-    if has_long_digits(data):
-        return None
-    return obj, data
-
-
-def envelope_bytes(
-    *,
-    run_id: str,
-    seq: int,
-    event_type: str,
-    role: str,
-    key_id: str,
-    prev_hash: str,
-    time: str,
-    payload: bytes,
-) -> bytes:
-    """The canonical JSON of an envelope around canonical ``payload`` bytes, laid out as
-    the record parser's fast path expects (see above). Every other member comes from a
-    small alphabet that needs no escaping; ``typed_record`` checks the layout again."""
-    return b"".join(
-        (
-            b'{"key_id":"',
-            key_id.encode(),
-            b'","payload":',
-            payload,
-            b',"prev_hash":"',
-            prev_hash.encode(),
-            b'","role":"',
-            role.encode(),
-            b'","run_id":"',
-            run_id.encode(),
-            b'","schema_version":',
-            _SCHEMA_VERSION_BYTES,
-            b',"seq":',
-            str(seq).encode(),
-            b',"time":"',
-            time.encode(),
-            b'","type":"',
-            event_type.encode(),
-            b'"}',
-        )
-    )
-
-
-def typed_record(signed: bytes, signature: bytes, typed: Model) -> Record:
-    """The Record of ``envelope_bytes`` output once signed, its payload model kept."""
-    rec = _parse_fast(record_bytes(signed, signature), known=typed)
-    if rec is None or rec.signed != signed:
-        raise VerificationError("envelope bytes do not have the canonical record layout")
     return rec
 
 

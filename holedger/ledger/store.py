@@ -67,19 +67,15 @@ from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.records import (
     Record,
-    canonical_payload,
-    envelope_bytes,
     parse_record,
     payload_dict,
     sign_envelope,
-    typed_record,
     utc_now,
 )
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
     SCHEMA_VERSION,
     Checkpoint,
-    Model,
     PublicKeyInfo,
     RunClosed,
     RunOpened,
@@ -119,21 +115,23 @@ def insert_blobs(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Insert blobs-table rows in ``session``'s transaction; a blob already there is kept
     (content addressed: same digest, same bytes)."""
     dialect = session.get_bind().dialect.name
+    # In digest order: two writers inserting overlapping sets take the rows' locks in the
+    # same order, so neither waits for the other while holding what it needs (deadlock).
+    ordered = sorted(rows, key=lambda row: str(row["digest"]))
     if dialect in ("sqlite", "postgresql"):
-        # Straight through the driver's executemany: SQLAlchemy's per-row bind processing
-        # of the binary column costs more than the insert itself.
+        # The driver's executemany, skipping SQLAlchemy's per-row bind processing of the
+        # binary column (it cost more than the insert); errors still come wrapped as
+        # SQLAlchemy's, which the recorder's transaction turns into eventsourcing's.
         mark = "?" if dialect == "sqlite" else "%s"
         sql = (
             f"INSERT INTO {blobs_table.name} (digest, size, data) "
             f"VALUES ({mark}, {mark}, {mark}) ON CONFLICT (digest) DO NOTHING"
         )
-        cursor = session.connection().connection.cursor()
-        try:
-            cursor.executemany(sql, [(r["digest"], r["size"], r["data"]) for r in rows])
-        finally:
-            cursor.close()
+        session.connection().exec_driver_sql(
+            sql, [(row["digest"], row["size"], row["data"]) for row in ordered]
+        )
     else:
-        for row in rows:
+        for row in ordered:
             present = session.execute(
                 select(blobs_table.c.size).where(blobs_table.c.digest == row["digest"])
             ).first()
@@ -239,19 +237,21 @@ class HoledgerSQLAlchemyFactory(SQLAlchemyFactory):
 
 @dataclass(frozen=True)
 class PendingEvent:
-    """An event decided, chained and encoded, but not yet signed.
-
-    ``envelope`` is its dict, or None when the payload's model (``typed``) encoded it.
-    """
+    """An event decided, chained and encoded, but not yet signed."""
 
     originator_id: uuid.UUID
     originator_version: int
     role: Role
-    event_type: str
-    prev_hash: str
+    envelope: dict[str, Any]
     signed: bytes
-    envelope: dict[str, Any] | None = None
-    typed: Model | None = None
+
+    @property
+    def event_type(self) -> str:
+        return str(self.envelope["type"])
+
+    @property
+    def prev_hash(self) -> str:
+        return str(self.envelope["prev_hash"])
 
 
 class SignedRecordMapper(Mapper[uuid.UUID]):
@@ -262,12 +262,7 @@ class SignedRecordMapper(Mapper[uuid.UUID]):
         self.signers = signers
 
     def sign(self, event: PendingEvent) -> tuple[StoredEvent, Record]:
-        key = self.signers[event.role]
-        if event.envelope is not None:
-            record = sign_envelope(key, event.envelope, event.signed)
-        else:
-            assert event.typed is not None
-            record = typed_record(event.signed, key.sign(event.signed), event.typed)
+        record = sign_envelope(self.signers[event.role], event.envelope, event.signed)
         stored = StoredEvent(
             originator_id=event.originator_id,
             originator_version=event.originator_version,
@@ -587,8 +582,7 @@ class Ledger:
             for event_type, payload, role in items:
                 if role not in ROLES:
                     raise UsageError(f"unknown role {role!r}")
-                typed = canonical_payload(event_type, payload)
-                body = typed or payload_dict(event_type, payload)
+                body = payload_dict(event_type, payload)
                 self._stage(rid, new_head, pending, event_type, role, body)
                 if event_type == "RunClosed" or (
                     event_type != "Checkpoint"
@@ -620,43 +614,21 @@ class Ledger:
         pending: list[PendingEvent],
         event_type: str,
         role: Role,
-        body: dict[str, Any] | tuple[Model, bytes],
+        body: dict[str, Any],
     ) -> None:
-        """Encode one event onto ``head``: from its payload's dict, or from its model and
-        the model's canonical bytes (``records.canonical_payload``)."""
-        run_id, time, key_id = str(rid), utc_now(), self.signers[role].key_id_hex
-        if isinstance(body, tuple):
-            typed, payload = body
-            signed = envelope_bytes(
-                run_id=run_id,
-                seq=head.next_seq,
-                event_type=event_type,
-                role=role,
-                key_id=key_id,
-                prev_hash=head.last_hash,
-                time=time,
-                payload=payload,
-            )
-            event = PendingEvent(
-                rid, head.next_seq + 1, role, event_type, head.last_hash, signed, typed=typed
-            )
-        else:
-            envelope = {
-                "run_id": run_id,
-                "seq": head.next_seq,
-                "type": event_type,
-                "schema_version": SCHEMA_VERSION,
-                "time": time,
-                "role": role,
-                "key_id": key_id,
-                "prev_hash": head.last_hash,
-                "payload": body,
-            }
-            signed = canonical_json(envelope)
-            event = PendingEvent(
-                rid, head.next_seq + 1, role, event_type, head.last_hash, signed, envelope
-            )
-        pending.append(event)
+        envelope = {
+            "run_id": str(rid),
+            "seq": head.next_seq,
+            "type": event_type,
+            "schema_version": SCHEMA_VERSION,
+            "time": utc_now(),
+            "role": role,
+            "key_id": self.signers[role].key_id_hex,
+            "prev_hash": head.last_hash,
+            "payload": body,
+        }
+        signed = canonical_json(envelope)
+        pending.append(PendingEvent(rid, head.next_seq + 1, role, envelope, signed))
         head.frontier.append(hashlib.sha256(b"\x00" + signed).digest())
         head.last_hash = hashlib.sha256(signed).hexdigest()
         head.next_seq += 1
@@ -668,9 +640,8 @@ class Ledger:
         size = head.frontier.size
         root = head.frontier.root()
         note = sign_note(checkpoint_body(origin_of(run_id), size, root), self.signers["server"])
-        checkpoint = Checkpoint(size=size, root=root.hex(), note=note)
-        body = canonical_payload("Checkpoint", checkpoint) or checkpoint.model_dump(mode="json")
-        self._stage(rid, head, pending, "Checkpoint", "server", body)
+        payload = Checkpoint(size=size, root=root.hex(), note=note).model_dump(mode="json")
+        self._stage(rid, head, pending, "Checkpoint", "server", payload)
 
     def close_run(
         self, run_id: str, reason: str = "completed", summary: dict[str, Any] | None = None

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy.exc
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEvent
 from sqlalchemy.orm import Session
 
 from holedger.errors import LedgerConflictError
@@ -204,3 +204,14 @@ def test_blobs_are_stored_in_the_events_transaction(url: str, key: SigningKey) -
     assert report.verified, report.failures
     first.close()
     second.close()
+
+
+def test_a_failing_blob_insert_raises_eventsourcing_errors(url: str, key: SigningKey) -> None:
+    """Blobs go through the driver's executemany, but a failure still surfaces as an
+    eventsourcing persistence error (which callers handle), never as a raw driver error."""
+    ledger = Ledger.open(url, key)
+    bad = [{"digest": "ab" * 32, "size": None, "data": b"x"}]  # size is NOT NULL
+    with pytest.raises(PersistenceError):
+        ledger.app.recorder.insert_events([], blobs=bad)
+    assert not ledger.has_blob("ab" * 32)
+    ledger.close()
