@@ -112,10 +112,15 @@ class PublicKey:
         key = cls(check_key_name(name), raw[1:])
         if key.key_id_hex != hex_id.lower():
             raise UsageError(f"verifier key id {hex_id} does not match its key")
-        problem = public_key_problem(key.raw)
+        return key.require_sound()
+
+    def require_sound(self) -> PublicKey:
+        """This key, or UsageError when it is of small order or not a canonical point
+        (such a key would make forged signatures verify)."""
+        problem = public_key_problem(self.raw)
         if problem is not None:
-            raise UsageError(f"verifier key {name} is unusable: {problem}")
-        return key
+            raise UsageError(f"verifier key {self.name} is unusable: {problem}")
+        return self
 
 
 class SigningKey:

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from holedger.errors import UsageError, VerificationError
-from holedger.ledger.edwards import public_key_problem
 from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes
 
 EM_DASH = "\u2014"
@@ -218,10 +217,7 @@ def parse_vkey(text: str) -> AnyVerifier:
         raise UsageError("verifier key base64 is not canonical")
     if len(raw) != 33 or raw[0] not in (ALG_ED25519, ALG_COSIGNATURE_V1):
         raise UsageError("verifier key is not an Ed25519 (0x01) or cosignature/v1 (0x04) key")
-    key = PublicKey(name, raw[1:])
-    problem = public_key_problem(key.raw)
-    if problem is not None:
-        raise UsageError(f"verifier key {name} is unusable: {problem}")
+    key = PublicKey(name, raw[1:]).require_sound()
     verifier: AnyVerifier = (
         Ed25519NoteVerifier(key) if raw[0] == ALG_ED25519 else CosignatureVerifier(key)
     )

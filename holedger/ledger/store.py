@@ -65,13 +65,7 @@ from holedger.errors import (
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
-from holedger.ledger.records import (
-    Record,
-    parse_record,
-    payload_dict,
-    sign_envelope,
-    utc_now,
-)
+from holedger.ledger.records import Record, parse_record, payload_dict, sign_envelope, utc_now
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
     SCHEMA_VERSION,
