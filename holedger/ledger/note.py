@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,10 +69,12 @@ def _valid_key_name(name: str) -> bool:
     return bool(name) and "+" not in name and not any(c.isspace() for c in name)
 
 
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f]")  # every character below space but newline
+
+
 def _check_note_chars(text: str) -> None:
-    for ch in text:
-        if ch < " " and ch != "\n":
-            raise VerificationError("note contains a control character")
+    if _CONTROL.search(text):
+        raise VerificationError("note contains a control character")
 
 
 def parse_note(note: str | bytes) -> Note:
@@ -291,10 +294,9 @@ def add_signatures(note: str, signatures: Iterable[NoteSignature]) -> str:
     return note + "".join(sig.line() for sig in signatures)
 
 
-def verify_note(note: str, key: PublicKey) -> Note:
+def verify_note(note: str, key: PublicKey) -> OpenedNote:
     """Check that ``key`` signed ``note``; signatures by other keys are ignored."""
-    open_note(note, [Ed25519NoteVerifier(key)])
-    return parse_note(note)
+    return open_note(note, [Ed25519NoteVerifier(key)])
 
 
 # ---------------------------------------------------------------------- checkpoints

@@ -16,6 +16,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +39,7 @@ from holedger.schemas.events import (
     EventEnvelope,
     Model,
 )
+from holedger.schemas.recognize import payload_source
 from holedger.schemas.types import ROLES, Role
 
 ENVELOPE_FIELDS = frozenset(EventEnvelope.model_fields)
@@ -399,6 +401,76 @@ def _parse_fast(raw: bytes) -> Record | None:
     rec._payload_end = at
     rec._typed = typed
     return rec
+
+
+def record_pattern(
+    run_id: str, digests: Mapping[str, Sequence[str]], types: Collection[str]
+) -> tuple[re.Pattern[bytes], list[tuple[str, str]]] | None:
+    """One pattern for the canonical records of run ``run_id`` of the event ``types``
+    whose payload schemas.recognize recognises as valid and canonical for its type's
+    model, and the blob fields it reads; None when none of the types is recognised.
+
+    Whatever it matches, ``parse_record`` accepts too, with the same envelope values and
+    a payload valid for the type's model (tests/ledger/test_record_pattern.py): each
+    recognised type's payload is one alternative, and the record's ``type`` member must
+    name the type of the alternative that matched (a conditional on its group). Named
+    groups: ``_key_id``, ``_prev_hash``, ``_role``, ``_seq``, ``_sig`` and ``_type`` (the
+    envelope's), and ``_b0``, ``_b1``, ... for the payload fields named in ``digests``
+    (event type -> field names), in the order of the returned list of (type, field): each
+    is the field's JSON value (``null`` or a quoted string), or None in a record of
+    another type.
+    """
+    if not _RUN_ID.fullmatch(run_id):
+        return None
+    payloads: list[bytes] = []
+    names: list[bytes] = []
+    blobs: list[tuple[str, str]] = []
+    for event_type, model in EVENT_TYPES.items():
+        if event_type not in types:
+            continue
+        fields = tuple(digests.get(event_type, ()))
+        missing = set(fields) - set(model.model_fields)
+        if missing:
+            raise ValueError(f"{event_type} has no field {sorted(missing)[0]!r}")
+        source = payload_source(model, fields)
+        if source is None or not _TYPE_NAME.fullmatch(event_type):
+            continue
+        for field in fields:  # the field's group gets a name unique to the whole pattern
+            group = f"_b{len(blobs)}".encode()
+            source = source.replace(b"(?P<" + field.encode() + b">", b"(?P<" + group + b">", 1)
+            blobs.append((event_type, field))
+        payloads.append(b"(?P<_p" + str(len(payloads)).encode() + b">" + source + b")")
+        names.append(event_type.encode())
+    if not payloads:
+        return None
+    # "type" must be the name of the payload alternative that matched: (?(_p0)A|(?(_p1)B|...))
+    type_name = names[-1]
+    for index in range(len(names) - 2, -1, -1):
+        type_name = b"(?(_p" + str(index).encode() + b")" + names[index] + b"|" + type_name + b")"
+    pattern = re.compile(
+        rb'\{"key_id":"(?P<_key_id>[0-9a-f]{8})","payload":(?:'
+        + b"|".join(payloads)
+        + rb'),"prev_hash":"(?P<_prev_hash>[0-9a-f]{64})",'
+        + rb'"role":"(?P<_role>'
+        + "|".join(ROLES).encode()
+        + rb')",'
+        + b'"run_id":"'
+        + run_id.encode()
+        + b'",'
+        + b'"schema_version":'
+        + _SCHEMA_VERSION_BYTES
+        + b","
+        + rb'"seq":(?P<_seq>0|[1-9][0-9]{0,14}),'
+        + rb'"sig":"(?P<_sig>[A-Za-z0-9+/]{85}[AQgw]==)",'
+        + rb'"time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z",'
+        + b'"type":"(?P<_type>'
+        + type_name
+        + rb')"\}'
+    )
+    return pattern, blobs
+
+
+_TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 def _typed_payload(etype: bytes, version: bytes, payload_bytes: bytes) -> Model | None:

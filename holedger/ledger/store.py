@@ -682,7 +682,12 @@ class Ledger:
             version = batch[-1].originator_version
 
     def raw_records(self, run_id: str) -> Iterator[tuple[int, bytes]]:
-        """(stream version, record bytes) in order, read in batches with plain SQL.
+        """(stream version, record bytes) in order, read in batches with plain SQL."""
+        for batch in self.raw_record_batches(run_id):
+            yield from batch
+
+    def raw_record_batches(self, run_id: str) -> Iterator[list[tuple[int, bytes]]]:
+        """``raw_records`` a database batch at a time (lists of (version, bytes)).
 
         Straight through the database driver's cursor: replay reads every record once,
         and a result-row layer would cost more than parsing the record.
@@ -709,8 +714,7 @@ class Ledger:
                     cursor.close()
             if not rows:
                 return
-            for row in rows:
-                yield row[0], bytes(row[1])
+            yield [(row[0], bytes(row[1])) for row in rows]
             version = rows[-1][0]
 
     def has_run(self, run_id: str) -> bool:

@@ -634,7 +634,7 @@ class ExportSummary:
 
 
 def _blob_digests(rec: Record) -> Iterable[str]:
-    from holedger.replay.engine import BLOB_FIELDS
+    from holedger.replay.chunks import BLOB_FIELDS
 
     for name in BLOB_FIELDS.get(rec.type, ()):
         digest = rec.payload.get(name)

@@ -83,7 +83,7 @@ def print_scores(report: ReplayReport) -> None:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Verify signatures in this many processes, this one included (long runs, several cores).",
+    help="Check records in this many processes, this one included (long runs, several cores).",
 )
 @click.pass_context
 def replay_cmd(

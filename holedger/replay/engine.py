@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Protocol
 
 from cryptography.exceptions import InvalidSignature
@@ -30,16 +31,10 @@ from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import parse_checkpoint, verify_note
 from holedger.ledger.records import Record, parse_record
 from holedger.ledger.store import Ledger
+from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary
 from holedger.replay.report import ReplayReport, ReportBuilder
 from holedger.schemas.events import Checkpoint, Model, RunOpened
 from holedger.schemas.types import ZERO_HASH
-
-# Payload fields that name a blob by its SHA-256; replay re-hashes each one.
-BLOB_FIELDS: dict[str, tuple[str, ...]] = {
-    "TrialCompleted": ("answer_digest", "output_digest", "trace_digest"),
-    "GatewayCall": ("request_digest", "response_digest"),
-    "SafetyViolation": ("evidence_digest",),
-}
 
 CHECKS = (
     ("records", "every record is canonical JSON with a valid envelope"),
@@ -160,6 +155,8 @@ class _Verifier:
             self._broken(seq, etype, "prev_hash does not match the previous event", "chain")
         if seq == 0 or (self.opened is None and etype == "RunOpened"):
             self._open(rec)
+        elif etype == "RunOpened":
+            self._broken(seq, etype, "a second RunOpened", "keys")
         self._check_signature(rec, checked)
         payload = self._check_schema(rec)
         if isinstance(payload, Checkpoint):
@@ -181,6 +178,75 @@ class _Verifier:
             self.verified_through = seq
             for projection in self.projections:
                 projection.apply(rec, payload)
+
+    def chunk_job(self, records: list[bytes]) -> ChunkJob | None:
+        """A job for chunks.check_chunk with the keys this pass trusts, or None when the
+        run is not open yet (its first record must come through ``feed``)."""
+        if self.opened is None or not self.role_keys:
+            return None
+        keys = tuple((role, k.name, k.raw) for role, k in sorted(self.role_keys.items()))
+        return ChunkJob(self.run_id, keys, records)
+
+    def feed_chunk(self, job: ChunkJob, summary: ChunkSummary | None) -> None:
+        """Take a chunk that chunks.check_chunk passed whole, or check it record by record.
+
+        The summary is taken only where it continues this pass exactly: made with the
+        keys trusted now, starting at the expected seq and chained to the previous event,
+        the run not closed before it, and every checkpoint root it claims equal to the
+        root recomputed here. Otherwise, and when there is no summary, each record goes
+        through ``feed``, which names what is wrong; the outcome is the same either way.
+        """
+        if summary is None or not self._take(job, summary):
+            for raw in job.records:
+                self.feed(raw)
+
+    def _take(self, job: ChunkJob, summary: ChunkSummary) -> bool:
+        current = self.chunk_job(job.records)
+        if (
+            current is None
+            or current.keys != job.keys
+            or summary.first_seq != self.expected_seq
+            or summary.first_prev != self.prev_hash
+            or self.closed_at is not None
+        ):
+            return False
+        frontier = self.frontier.copy()
+        leaves = summary.leaves
+        done = 0
+        final_checkpoint = False
+        for offset, root in summary.checkpoints:
+            frontier.extend(leaves, done, offset)
+            done = offset
+            if frontier.root().hex() != root:
+                return False
+            if summary.closed is not None and offset == summary.closed + 1:
+                final_checkpoint = True
+        count = len(job.records)
+        frontier.extend(leaves, done, count)
+        # The chunk continues this pass: take it.
+        first = summary.first_seq
+        self.frontier = frontier
+        self.events += count
+        self.expected_seq = first + count
+        self.prev_hash = summary.last_hash
+        self.last_type = summary.last_type
+        if summary.closed is not None:
+            self.closed_at = first + summary.closed
+            self.final_checkpoint_ok = final_checkpoint
+        intact = self.intact
+        verified = count
+        for offset, etype, name, digest in summary.blobs:
+            if not self._blob_ok(first + offset, etype, name, digest) and verified == count:
+                verified = offset
+        if intact:
+            self.verified_through = first + verified - 1
+            if self.projections:
+                for raw in job.records[:verified]:
+                    rec = parse_record(raw)
+                    payload = rec.typed_payload()
+                    for projection in self.projections:
+                        projection.apply(rec, payload)
+        return True
 
     def _broken(self, seq: int | None, etype: str | None, reason: str, check: str) -> None:
         self.intact = False
@@ -306,16 +372,22 @@ class _Verifier:
     def _check_blobs(self, rec: Record, payload: Model) -> None:
         for name in BLOB_FIELDS.get(rec.type, ()):
             digest = getattr(payload, name)
-            if not digest:
-                continue
-            data = self.blobs.blob(str(digest))
-            if data is None:
-                if self.blobs.redacted(str(digest)):
-                    self.redacted_blobs += 1
-                    continue
-                self._broken(rec.seq, rec.type, f"blob {name} {digest[:12]} is missing", "blobs")
-            elif hashlib.sha256(data).hexdigest() != digest:
-                self._broken(rec.seq, rec.type, f"blob {name} {digest[:12]} was altered", "blobs")
+            if digest:
+                self._blob_ok(rec.seq, rec.type, name, str(digest))
+
+    def _blob_ok(self, seq: int, etype: str, name: str, digest: str) -> bool:
+        """Whether the blob an event names is present (or redacted) and matches its digest."""
+        data = self.blobs.blob(digest)
+        if data is None:
+            if self.blobs.redacted(digest):
+                self.redacted_blobs += 1
+                return True
+            self._broken(seq, etype, f"blob {name} {digest[:12]} is missing", "blobs")
+            return False
+        if hashlib.sha256(data).hexdigest() != digest:
+            self._broken(seq, etype, f"blob {name} {digest[:12]} was altered", "blobs")
+            return False
+        return True
 
     # ------------------------------------------------------------ the end
 
@@ -373,13 +445,16 @@ def verify_records(
     projections: Sequence[ProjectionFactory] | None = None,
     extra: Mapping[str, object] | None = None,
     workers: int = 1,
+    fast: bool = True,
 ) -> ReplayReport:
     """Replay one run from its record bytes in stream order.
 
     ``extra`` reaches every projection as ``ReplayContext.extra`` (e.g. ``run_repo``, the
-    path of the run's candidate repository, for the leakage scan). With ``workers`` > 1,
-    Ed25519 signatures are verified in that many processes (this one and ``workers - 1``
-    others) while this process checks everything else in order; the report is the same.
+    path of the run's candidate repository, for the leakage scan). Records are checked a
+    chunk at a time (replay/chunks.py), in ``workers`` processes (this one and ``workers
+    - 1`` others), and a chunk with anything wrong in it record by record; with ``fast``
+    False every record is checked record by record, in this process. The report is the
+    same every way.
     """
     if projections is None:
         from holedger.replay.projections import PROJECTIONS
@@ -388,7 +463,10 @@ def verify_records(
     out = ReportBuilder()
     verifier = _Verifier(run_id, blobs, trusted_keys, projections, out, extra)
     with _no_cyclic_gc():
-        if workers > 1:
+        if not fast:
+            for raw in records:
+                verifier.feed(raw)
+        elif workers > 1:
             from holedger.replay.parallel import feed_in_parallel
 
             feed_in_parallel(verifier, records, workers)
@@ -459,7 +537,8 @@ def replay_run(
     """Replay a run stored in ``ledger`` (no re-execution of anything)."""
     if not ledger.has_run(run_id):
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    records = (raw for _, raw in ledger.raw_records(run_id))
+    batches = ledger.raw_record_batches(run_id)
+    records = chain.from_iterable([raw for _, raw in batch] for batch in batches)
     return verify_records(
         run_id,
         records,

@@ -1,172 +1,247 @@
-"""Signature verification in worker processes, for replaying long runs on several cores.
+"""Feeding a run's records to the verifier a chunk at a time, in one process or several.
 
-Ed25519 verification is most of replay's cost and each signature is independent of the
-others, so it parallelises; everything that depends on order (seq, chain, Merkle
-frontier, checkpoints, projections) stays in the calling process. Records are parsed in
-chunks; a chunk's signatures go to a worker with the keys RunOpened declares, or are
-verified here when the workers already have enough waiting; results are consumed
-strictly in stream order, so the report is exactly the one a single-process replay gives.
-A verdict from a worker is used only if it was computed with the key the in-order pass
-would use; otherwise (a run whose RunOpened is damaged, say) the signature is verified
-again in order.
+The first record (RunOpened, which says whom to trust) goes through the verifier's
+reference pass alone. Then the records go in chunks (CHUNK records, or fewer when they
+reach CHUNK_BYTES): each chunk is checked whole by ``chunks.check_chunk``, here or in a
+worker process, and its summary is fed to the verifier strictly in stream order
+(``_Verifier.feed_chunk``), which takes it only where it continues the run exactly and
+otherwise checks that chunk record by record. So the report is the one the reference pass
+alone gives, whichever process checked which chunk.
+
+With workers, a chunk goes to the worker with the fewest chunks waiting, while that is
+fewer than WAITING_PER_WORKER; otherwise this process checks it itself, between reading
+records and taking summaries. So the number of processes asked for stays busy, none more,
+and the share this process checks adapts to how much else it has to do.
+
+Each worker has a pipe of its own each way, written and read by this process's one
+thread: no feeder threads, which would have to win the GIL from the checking thread for
+every pipe-full of a chunk while the worker waits. The pipes are made large enough
+(Linux) to hold every chunk a worker may have waiting, so a send never waits either.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import multiprocessing
+import atexit
+import contextlib
+import os
+import pickle
+import select
+import subprocess
+import sys
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from itertools import islice
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from holedger.errors import VerificationError
-from holedger.ledger.records import Record, parse_record
+from holedger.errors import HoledgerError
+from holedger.replay.chunks import ChunkJob, ChunkSummary, check_chunk
+from holedger.replay.worker import read_frame, write_frame
 
 if TYPE_CHECKING:
     from holedger.replay.engine import _Verifier
 
-CHUNK = 256
-LOCAL_CHUNK = 128
-WAITING_PER_WORKER = 4  # chunks queued for one worker before this process verifies one itself
-WINDOW = 64  # chunks parsed ahead of the in-order checks at most
-
-Job = tuple[str, bytes, bytes]  # role, signed bytes, signature
-Parsed = Record | VerificationError
+CHUNK = 128
+CHUNK_BYTES = 256 * 1024
+WAITING_PER_WORKER = 2  # chunks waiting for one worker before this process checks one itself
+WINDOW = 32  # chunks read ahead of the in-order pass at most
+PIPE_BYTES = 1 << 20  # asked for; the job limit follows from what the pipe really holds
 
 
-def verify_chunk(keys: dict[str, bytes], jobs: list[Job]) -> list[bool | None]:
-    """For each job: did its role's key verify it (None: no key for the role)."""
-    verifiers = {role: Ed25519PublicKey.from_public_bytes(raw) for role, raw in keys.items()}
-    out: list[bool | None] = []
-    for role, signed, signature in jobs:
-        verifier = verifiers.get(role)
-        if verifier is None:
-            out.append(None)
-            continue
-        try:
-            verifier.verify(signature, signed)
-            out.append(True)
-        except InvalidSignature:
-            out.append(False)
-    return out
-
-
-def declared_keys(rec: Parsed) -> dict[str, bytes]:
-    """The role keys a RunOpened record declares, read without trusting it.
-
-    Only a guess for dispatching work: the in-order pass decides what is trusted.
-    """
-    if not isinstance(rec, Record) or rec.type != "RunOpened":
-        return {}
-    keys: dict[str, bytes] = {}
-    declared = rec.payload.get("keys")
-    if not isinstance(declared, dict):
-        return {}
-    for role, info in declared.items():
-        if isinstance(info, dict) and isinstance(info.get("public_key"), str):
-            try:
-                raw = base64.b64decode(info["public_key"], validate=True)
-            except binascii.Error:
-                continue
-            if len(raw) == 32:
-                keys[str(role)] = raw
-    return keys
-
-
-def _parse(raw: bytes) -> Parsed:
-    try:
-        return parse_record(raw)
-    except VerificationError as exc:
-        return exc
-
-
-def _chunks(records: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
-    it = iter(records)
-    while chunk := list(islice(it, size)):
+def _chunks(records: Iterable[bytes], count: int, size: int) -> Iterator[list[bytes]]:
+    """Consecutive records: at most ``count`` and at most ``size`` bytes at a time (a
+    record larger than that alone)."""
+    chunk: list[bytes] = []
+    held = 0
+    for raw in records:
+        if chunk and (len(chunk) >= count or held + len(raw) > size):
+            yield chunk
+            chunk, held = [], 0
+        chunk.append(raw)
+        held += len(raw)
+    if chunk:
         yield chunk
 
 
-def _context() -> Any:
-    """A start method that never copies this process's open database connections."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])  # workers start forked, already imported
-        return ctx
-    return multiprocessing.get_context("spawn")
+def _opened(verifier: _Verifier, it: Iterator[bytes]) -> None:
+    """Feed the first record through the reference pass: it opens the run."""
+    for raw in it:
+        verifier.feed(raw)
+        return
 
 
 def feed_in_chunks(verifier: _Verifier, records: Iterable[bytes]) -> None:
-    """Feed ``records`` to ``verifier`` in order, in this process, a chunk at a time.
+    """Feed ``records`` to ``verifier`` in order, in this process, a chunk at a time."""
+    it = iter(records)
+    _opened(verifier, it)
+    for chunk in _chunks(it, CHUNK, CHUNK_BYTES):
+        job = verifier.chunk_job(chunk)
+        if job is None:
+            for raw in chunk:
+                verifier.feed(raw)
+        else:
+            verifier.feed_chunk(job, check_chunk(job))
 
-    The same pipeline as with workers: parse a chunk, verify its signatures one after
-    another, then check each record in order. Verifying back to back keeps Ed25519's
-    tables in the CPU cache instead of interleaving them with parsing.
+
+# ------------------------------------------------------------------ worker processes
+
+
+class _Worker:
+    """A worker process (holedger.replay.worker) and its two pipes."""
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "holedger.replay.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,  # unbuffered: a summary is read only when select says it is there
+            env=env,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.jobs: IO[bytes] = self.process.stdin
+        self.results: IO[bytes] = self.process.stdout
+        self.capacity = min(_grow(self.jobs.fileno()), _grow(self.results.fileno()))
+        self.waiting = 0  # jobs sent, summaries not yet received
+
+    def send(self, job: ChunkJob) -> None:
+        write_frame(self.jobs, pickle.dumps(job, protocol=5))
+        self.waiting += 1
+
+    def ready(self) -> bool:
+        """Whether the oldest job's summary can be received without waiting."""
+        return bool(select.select([self.results], [], [], 0)[0])
+
+    def receive(self) -> ChunkSummary | None:
+        """The summary of the oldest job sent (summaries come back in order)."""
+        data = read_frame(self.results)
+        if data is None:
+            status = self.process.wait()
+            raise HoledgerError(
+                f"a replay worker process ended (exit status {status})",
+                hint="replay again, or with --workers 1",
+            )
+        summary: ChunkSummary | None = pickle.loads(data)
+        self.waiting -= 1
+        return summary
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.jobs.close()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.results.close()
+
+
+def _grow(fd: int) -> int:
+    """Ask for a large pipe buffer; the size it has."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+    except (ImportError, AttributeError, OSError):
+        return 64 * 1024  # what a pipe holds where its size cannot be read
+
+
+class _Pool:
+    """Worker processes kept for the life of this process, for one replay at a time.
+
+    Starting a worker (a Python that imports the schemas) takes a few tenths of a
+    second; a process that replays again reuses them. A replay that finds the pool busy
+    (another thread replaying) starts workers of its own.
     """
-    keys: dict[str, bytes] | None = None
-    for chunk in _chunks(records, LOCAL_CHUNK):
-        parsed = [_parse(raw) for raw in chunk]
-        if keys is None:
-            keys = declared_keys(parsed[0])
-        jobs = [(r.role, r.signed, r.signature) for r in parsed if isinstance(r, Record)]
-        _feed_chunk(verifier, parsed, keys, verify_chunk(keys, jobs))
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.workers: list[_Worker] = []
+
+    def take(self, count: int) -> list[_Worker]:
+        for worker in self.workers:
+            if worker.process.poll() is not None:
+                self.discard()
+                break
+        while len(self.workers) < count:
+            self.workers.append(_Worker())
+        return self.workers[:count]
+
+    def discard(self) -> None:
+        for worker in self.workers:
+            worker.close()
+        self.workers = []
 
 
-def _feed_chunk(
-    verifier: _Verifier, parsed: list[Parsed], used: dict[str, bytes], valid: list[bool | None]
-) -> None:
-    results = iter(valid)
-    for item in parsed:
-        if isinstance(item, VerificationError):
-            verifier.feed_unparsed(item)
-            continue
-        ok = next(results)
-        key = used.get(item.role)
-        verifier.feed_parsed(item, None if ok is None or key is None else (key, ok))
+_POOL = _Pool()
+atexit.register(_POOL.discard)
+
+
+Pending = tuple[ChunkJob | list[bytes], "_Worker | ChunkSummary | None"]
 
 
 def feed_in_parallel(verifier: _Verifier, records: Iterable[bytes], workers: int) -> None:
-    """Feed ``records`` to ``verifier`` in order, verifying signatures in ``workers``
-    processes: this one and ``workers - 1`` others.
+    """Feed ``records`` to ``verifier`` in order, checking chunks in ``workers``
+    processes: this one and ``workers - 1`` others."""
+    shared = _POOL.lock.acquire(blocking=False)
+    own: list[_Worker] = []
+    try:
+        if shared:
+            pool = _POOL.take(workers - 1)
+        else:
+            pool = own = [_Worker() for _ in range(workers - 1)]
+        try:
+            _feed(verifier, iter(records), pool)
+        except BaseException:
+            # Summaries may still be on their way: these workers cannot be reused.
+            if shared:
+                _POOL.discard()
+            raise
+    finally:
+        for worker in own:
+            worker.close()
+        if shared:
+            _POOL.lock.release()
 
-    A chunk's signatures go to a worker process while the workers have fewer than
-    WAITING_PER_WORKER chunks each still to verify; otherwise this process verifies them
-    itself, between parsing and checking chunks. So ``workers`` processes stay busy (no more
-    than asked for, none waiting while there is work), and the share this process
-    verifies adapts to how much else it has to do.
-    """
-    Verdicts = list[bool | None]
-    keys: dict[str, bytes] | None = None
-    window: deque[tuple[list[Parsed], dict[str, bytes], Future[Verdicts] | Verdicts]] = deque()
-    limit = WAITING_PER_WORKER * (workers - 1)
-    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_context()) as pool:
 
-        def drain(block: bool) -> None:
-            while window:
-                parsed, used, verdicts = window[0]
-                if isinstance(verdicts, Future):
-                    if not (block or verdicts.done()):
-                        return
-                    verdicts = verdicts.result()
-                window.popleft()
-                _feed_chunk(verifier, parsed, used, verdicts)
-                block = False
+def _feed(verifier: _Verifier, it: Iterator[bytes], pool: list[_Worker]) -> None:
+    _opened(verifier, it)
+    window: deque[Pending] = deque()
+    # A job is sent only while the worker's pipe holds every job it may have waiting.
+    size = min(CHUNK_BYTES, min(w.capacity for w in pool) // (WAITING_PER_WORKER + 1))
 
-        for chunk in _chunks(records, CHUNK):
-            parsed = [_parse(raw) for raw in chunk]
-            if keys is None:
-                keys = declared_keys(parsed[0])
-            jobs = [(r.role, r.signed, r.signature) for r in parsed if isinstance(r, Record)]
-            waiting = sum(1 for _, _, v in window if isinstance(v, Future) and not v.done())
-            if waiting < limit:
-                window.append((parsed, keys, pool.submit(verify_chunk, keys, jobs)))
-            else:
-                window.append((parsed, keys, verify_chunk(keys, jobs)))
-            drain(block=len(window) > WINDOW)
+    def take(block: bool) -> None:
         while window:
-            drain(block=True)
+            job, summary = window[0]
+            if isinstance(summary, _Worker):
+                if not (block or summary.ready()):
+                    return
+                summary = summary.receive()
+            window.popleft()
+            if isinstance(job, list):  # no job: the run was not open when it was read
+                for raw in job:
+                    verifier.feed(raw)
+            else:
+                verifier.feed_chunk(job, summary)
+            block = False
+
+    for chunk in _chunks(it, CHUNK, size):
+        job = verifier.chunk_job(chunk)
+        if job is None:
+            take(block=True)  # the verifier may open the run on an earlier chunk
+            job = verifier.chunk_job(chunk)
+        if job is None:
+            window.append((chunk, None))
+        else:
+            worker = min(pool, key=lambda w: w.waiting)
+            if worker.waiting < WAITING_PER_WORKER and sum(map(len, chunk)) <= size:
+                worker.send(job)
+                window.append((job, worker))
+            else:
+                window.append((job, check_chunk(job)))
+        take(block=len(window) > WINDOW)
+    while window:
+        take(block=True)

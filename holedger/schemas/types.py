@@ -43,16 +43,34 @@ Rational = Annotated[
 ]
 """An exact rational number, serialised as its one canonical string (``"0.25"``, ``"1/3"``)."""
 
+
+def sha256_hex(value: Any) -> str:
+    """The validator of Sha256Hex: 64 lower-case hex characters, returned unchanged."""
+    return _hex(value, 64)
+
+
+def key_id_hex(value: Any) -> str:
+    """The validator of KeyIdHex: 8 lower-case hex characters, returned unchanged."""
+    return _hex(value, 8)
+
+
 Sha256Hex = Annotated[
     str,
     WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{64}$"}),
-    BeforeValidator(lambda v: _hex(v, 64)),
+    BeforeValidator(sha256_hex),
 ]
 KeyIdHex = Annotated[
     str,
     WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{8}$"}),
-    BeforeValidator(lambda v: _hex(v, 8)),
+    BeforeValidator(key_id_hex),
 ]
+
+# Validators that accept exactly the strings whose characters match the pattern (no
+# quotes, nothing to escape) and return them unchanged; schemas.recognize relies on it.
+EXACT_STRING_VALIDATORS: dict[Any, bytes] = {
+    sha256_hex: rb"[0-9a-f]{64}",
+    key_id_hex: rb"[0-9a-f]{8}",
+}
 
 Role = Literal["server", "gateway", "sandbox"]
 ROLES: tuple[Role, ...] = ("server", "gateway", "sandbox")

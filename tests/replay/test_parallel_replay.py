@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from ledger.attacker import Row, flip, resign_run
 from ledger.recorded_run import record_run
 
+from holedger.errors import HoledgerError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.records import parse_record
 from holedger.ledger.store import Ledger
@@ -31,8 +33,9 @@ def _both(
     blobs = LedgerBlobs(ledger)
     one = verify_records(run_id, records, blobs, projections=(), **kw)  # type: ignore[arg-type]
     two = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
-    # Every chunk verified here, and every chunk sent to the worker: the same report too.
-    for waiting in (0, 10_000):
+    # Every chunk verified here, and nearly every chunk sent to the worker: the same
+    # report too.
+    for waiting in (0, 64):
         monkeypatch.setattr(parallel, "WAITING_PER_WORKER", waiting)
         again = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
         assert again == two
@@ -79,3 +82,45 @@ def test_replay_run_accepts_workers(
 ) -> None:
     ledger, run_id, _ = stored
     assert replay_run(ledger, run_id, projections=(), workers=2).verified
+
+
+def test_worker_processes_are_kept_and_replaced_when_gone(
+    stored: tuple[Ledger, str, list[bytes]],
+) -> None:
+    ledger, run_id, _ = stored
+    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    (worker,) = parallel._POOL.workers
+    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    assert parallel._POOL.workers == [worker]  # the same process, reused
+    worker.process.kill()
+    worker.process.wait()
+    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    assert parallel._POOL.workers and parallel._POOL.workers[0] is not worker
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang() -> None:
+    worker = parallel._Worker()
+    worker.process.kill()
+    worker.process.wait()
+    worker.waiting = 1
+    with pytest.raises(HoledgerError, match="replay worker process ended"):
+        worker.receive()
+    worker.close()
+
+
+def test_replays_in_two_threads_at_once(stored: tuple[Ledger, str, list[bytes]]) -> None:
+    """One replay takes the kept workers; one started meanwhile starts its own."""
+    ledger, run_id, records = stored
+    blobs = LedgerBlobs(ledger)
+    reference = verify_records(run_id, records, blobs, projections=(), fast=False)
+    reports: list[ReplayReport] = []
+
+    def replay() -> None:
+        reports.append(verify_records(run_id, records, blobs, projections=(), workers=2))
+
+    threads = [threading.Thread(target=replay) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert reports == [reference, reference]
