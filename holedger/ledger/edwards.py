@@ -12,6 +12,8 @@ Plain integer arithmetic modulo 2**255 - 19: it runs once per key, not per signa
 
 from __future__ import annotations
 
+import functools
+
 P = 2**255 - 19
 D = (-121665 * pow(121666, P - 2, P)) % P
 SQRT_M1 = pow(2, (P - 1) // 4, P)
@@ -69,8 +71,10 @@ def encode_point(point: Point) -> bytes:
     return (y | ((x & 1) << 255)).to_bytes(32, "little")
 
 
+@functools.lru_cache(maxsize=64)
 def public_key_problem(raw: bytes) -> str | None:
-    """Why ``raw`` is no sound Ed25519 public key, or None when it is one."""
+    """Why ``raw`` is no sound Ed25519 public key, or None when it is one (a pure
+    function of the bytes: a run's few keys are checked once per process)."""
     if len(raw) != 32:
         return "not 32 bytes"
     point = decode_point(raw)

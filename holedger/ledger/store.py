@@ -18,6 +18,7 @@ database, so one URL is the whole ledger.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -68,6 +69,7 @@ from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.records import Record, parse_record, payload_dict, sign_envelope, utc_now
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
+    RUN_ID_PATTERN,
     SCHEMA_VERSION,
     Checkpoint,
     PublicKeyInfo,
@@ -138,6 +140,20 @@ def run_uuid(run_id: str) -> uuid.UUID:
         return uuid.UUID(run_id)
     except ValueError as exc:
         raise UsageError(f"not a run id: {run_id!r}", hint="see 'holedger run list'") from exc
+
+
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def checked_run_id(run_id: str) -> str:
+    """``run_id`` if it is a run id as events spell it (a lower-case version 4 UUID),
+    else UsageError: an event with any other spelling would not verify."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise UsageError(
+            f"not a holedger run id: {run_id!r}",
+            hint="run ids are lower-case version 4 UUIDs, as 'holedger run list' shows them",
+        )
+    return run_id
 
 
 def origin_of(run_id: str) -> str:
@@ -520,7 +536,7 @@ class Ledger:
         run_id: str | None = None,
     ) -> str:
         """Start a run: RunOpened at seq 0 declaring this ledger's keys by role."""
-        run_id = run_id or str(uuid.uuid4())
+        run_id = checked_run_id(run_id or str(uuid.uuid4()))
         payload = RunOpened(
             task_id=terms.task_id,
             task_digest=task_digest,
@@ -559,7 +575,7 @@ class Ledger:
             self.put_blobs(blobs)
             return []
         _, blob_table_rows = blob_rows(blobs)
-        rid = run_uuid(run_id)
+        rid = run_uuid(checked_run_id(run_id))
         with self._lock:
             head = self._head(run_id)
             if expected_seq is not None and expected_seq != head.next_seq:

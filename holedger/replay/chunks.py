@@ -152,8 +152,7 @@ def check_chunk(job: ChunkJob) -> ChunkSummary | None:
                 named.extend((at, values[at][4].decode(), field, d) for field, d in blobs)
                 if checkpoint is not None:
                     checkpoints.append((at, checkpoint))
-    key_ids, prevs, roles, seq_texts, type_names, *blob_values = zip(*values, strict=True)
-    types = [name.decode() for name in type_names]
+    key_ids, prevs, roles, seq_texts, types, *blob_values = zip(*values, strict=True)
     first = int(seq_texts[0])
     count = len(records)
     hashes = [_sha256(message).hexdigest().encode() for message in signed]
@@ -161,14 +160,14 @@ def check_chunk(job: ChunkJob) -> ChunkSummary | None:
         list(map(int, seq_texts)) != list(range(first, first + count))
         or list(prevs[1:]) != hashes[:-1]
         or not set(zip(roles, key_ids, strict=True)) <= run.signers
-        or "RunOpened" in types
+        or b"RunOpened" in types
         or any(roles[at] != b"server" for at, _ in checkpoints)
     ):
         return None
     closed: int | None = None
-    if "RunClosed" in types:
-        closed = types.index("RunClosed")
-        if any(etype != "Checkpoint" for etype in types[closed + 1 :]):
+    if b"RunClosed" in types:
+        closed = types.index(b"RunClosed")
+        if any(etype != b"Checkpoint" for etype in types[closed + 1 :]):
             return None  # only checkpoints may follow RunClosed (and one RunClosed)
     # Signatures last, back to back: Ed25519's tables stay in the CPU's caches.
     verifiers = run.roles
@@ -183,7 +182,7 @@ def check_chunk(job: ChunkJob) -> ChunkSummary | None:
         first,
         prevs[0].decode(),
         hashes[-1].decode(),
-        types[-1],
+        types[-1].decode(),
         b"".join([_sha256(b"\x00" + message).digest() for message in signed]),
         tuple((at, checkpoint.root) for at, checkpoint in checkpoints),
         closed,
