@@ -487,7 +487,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--million", type=int, default=1_000_000, help="events (0 skips)")
-    parser.add_argument("--rounds", type=int, default=9, help="replay rounds per process count")
+    parser.add_argument("--rounds", type=int, default=15, help="replay rounds per process count")
     parser.add_argument("--pg", default=PG_DEFAULT)
     parser.add_argument("--no-pg", action="store_true")
     args = parser.parse_args()

@@ -699,15 +699,19 @@ class Ledger:
 
     def raw_records(self, run_id: str) -> Iterator[tuple[int, bytes]]:
         """(stream version, record bytes) in order, read in batches with plain SQL."""
-        for batch in self.raw_record_batches(run_id):
-            yield from batch
+        for rows in self._record_rows(run_id):
+            for version, state in rows:
+                yield version, bytes(state)
 
-    def raw_record_batches(self, run_id: str) -> Iterator[list[tuple[int, bytes]]]:
-        """``raw_records`` a database batch at a time (lists of (version, bytes)).
+    def raw_record_batches(self, run_id: str) -> Iterator[list[bytes]]:
+        """The record bytes in order, a database batch at a time (what replay reads)."""
+        for rows in self._record_rows(run_id):
+            yield [bytes(state) for _, state in rows]
 
-        Straight through the database driver's cursor: replay reads every record once,
-        and a result-row layer would cost more than parsing the record.
-        """
+    def _record_rows(self, run_id: str) -> Iterator[Sequence[Any]]:
+        """(version, state) rows in order, straight through the database driver's cursor:
+        replay reads every record once, and a result-row layer would cost more than
+        parsing the record."""
         rid = run_uuid(run_id)
         table = self.app.events_table
         engine = self.app.engine
@@ -730,7 +734,7 @@ class Ledger:
                     cursor.close()
             if not rows:
                 return
-            yield [(row[0], bytes(row[1])) for row in rows]
+            yield rows
             version = rows[-1][0]
 
     def has_run(self, run_id: str) -> bool:

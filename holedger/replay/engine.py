@@ -537,8 +537,7 @@ def replay_run(
     """Replay a run stored in ``ledger`` (no re-execution of anything)."""
     if not ledger.has_run(run_id):
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    batches = ledger.raw_record_batches(run_id)
-    records = chain.from_iterable([raw for _, raw in batch] for batch in batches)
+    records = chain.from_iterable(ledger.raw_record_batches(run_id))
     return verify_records(
         run_id,
         records,

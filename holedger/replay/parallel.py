@@ -31,6 +31,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -51,15 +52,19 @@ PIPE_BYTES = 1 << 20  # asked for; the job limit follows from what the pipe real
 def _chunks(records: Iterable[bytes], count: int, size: int) -> Iterator[list[bytes]]:
     """Consecutive records: at most ``count`` and at most ``size`` bytes at a time (a
     record larger than that alone)."""
-    chunk: list[bytes] = []
-    held = 0
-    for raw in records:
-        if chunk and (len(chunk) >= count or held + len(raw) > size):
-            yield chunk
-            chunk, held = [], 0
-        chunk.append(raw)
-        held += len(raw)
-    if chunk:
+    it = iter(records)
+    while batch := list(islice(it, count)):
+        if sum(map(len, batch)) <= size:
+            yield batch
+            continue
+        chunk: list[bytes] = []
+        held = 0
+        for raw in batch:
+            if chunk and held + len(raw) > size:
+                yield chunk
+                chunk, held = [], 0
+            chunk.append(raw)
+            held += len(raw)
         yield chunk
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -124,3 +125,15 @@ def test_replays_in_two_threads_at_once(stored: tuple[Ledger, str, list[bytes]])
     for thread in threads:
         thread.join(120)
     assert reports == [reference, reference]
+
+
+def test_chunks_keep_order_and_limits() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        records = [bytes(rng.randint(1, 40)) for _ in range(rng.randint(0, 60))]
+        count, size = rng.randint(1, 9), rng.randint(1, 120)
+        chunks = list(parallel._chunks(records, count, size))
+        assert [raw for chunk in chunks for raw in chunk] == records
+        for chunk in chunks:
+            assert chunk and len(chunk) <= count
+            assert len(chunk) == 1 or sum(map(len, chunk)) <= size
