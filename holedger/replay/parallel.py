@@ -1,12 +1,12 @@
 """Feeding a run's records to the verifier a chunk at a time, in one process or several.
 
 The first record (RunOpened, which says whom to trust) goes through the verifier's
-reference pass alone. Then the records go in chunks (CHUNK records, or fewer when they
-reach CHUNK_BYTES): each chunk is checked whole by ``chunks.check_chunk``, here or in a
-worker process, and its summary is fed to the verifier strictly in stream order
-(``_Verifier.feed_chunk``), which takes it only where it continues the run exactly and
-otherwise checks that chunk record by record. So the report is the one the reference pass
-alone gives, whichever process checked which chunk.
+reference pass alone. Then the records go in chunks (LOCAL_CHUNK records in one process,
+CHUNK with workers, or fewer when they reach CHUNK_BYTES): each chunk is checked whole by
+``chunks.check_chunk``, here or in a worker process, and its summary is fed to the
+verifier strictly in stream order (``_Verifier.feed_chunk``), which takes it only where
+it continues the run exactly and otherwise checks that chunk record by record. So the
+report is the one the reference pass alone gives, whichever process checked which chunk.
 
 With workers, a chunk goes to the worker with the fewest chunks waiting, while that is
 fewer than WAITING_PER_WORKER; otherwise this process checks it itself, between reading
@@ -42,7 +42,8 @@ from holedger.replay.worker import read_frame, write_frame
 if TYPE_CHECKING:
     from holedger.replay.engine import _Verifier
 
-CHUNK = 128
+CHUNK = 128  # records per chunk sent to a worker: the last ones sent are what the end waits for
+LOCAL_CHUNK = 256  # records per chunk in one process (measured a little faster than 128)
 CHUNK_BYTES = 256 * 1024
 WAITING_PER_WORKER = 2  # chunks waiting for one worker before this process checks one itself
 WINDOW = 32  # chunks read ahead of the in-order pass at most
@@ -79,7 +80,7 @@ def feed_in_chunks(verifier: _Verifier, records: Iterable[bytes]) -> None:
     """Feed ``records`` to ``verifier`` in order, in this process, a chunk at a time."""
     it = iter(records)
     _opened(verifier, it)
-    for chunk in _chunks(it, CHUNK, CHUNK_BYTES):
+    for chunk in _chunks(it, LOCAL_CHUNK, CHUNK_BYTES):
         job = verifier.chunk_job(chunk)
         if job is None:
             for raw in chunk:

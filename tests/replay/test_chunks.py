@@ -87,6 +87,7 @@ def replays(
     # Chunks of 7 records: chunk edges fall everywhere, and a checkpoint every 16 events
     # lands at every offset in a chunk over a run.
     monkeypatch.setattr(parallel, "CHUNK", 7)
+    monkeypatch.setattr(parallel, "LOCAL_CHUNK", 7)
     reports = {"one process": verify_records(run_id, records, blobs, **kw)}
     if workers:
         reports["two"] = verify_records(run_id, records, blobs, workers=2, **kw)

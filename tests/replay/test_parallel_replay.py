@@ -31,6 +31,7 @@ def _both(
     ledger: Ledger, run_id: str, records: list[bytes], monkeypatch: pytest.MonkeyPatch, **kw: object
 ) -> tuple[ReplayReport, ReplayReport]:
     monkeypatch.setattr(parallel, "CHUNK", 7)  # many chunks, so ordering across them counts
+    monkeypatch.setattr(parallel, "LOCAL_CHUNK", 7)
     blobs = LedgerBlobs(ledger)
     one = verify_records(run_id, records, blobs, projections=(), **kw)  # type: ignore[arg-type]
     two = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
