@@ -35,6 +35,19 @@ from holedger.schemas.events import (
 CHECKPOINT_INTERVAL = 32
 
 
+class MemoryBlobs:
+    """Blobs held in memory, for replaying records outside the database."""
+
+    def __init__(self, blobs: dict[str, bytes]) -> None:
+        self.blobs = blobs
+
+    def blob(self, digest: str) -> bytes | None:
+        return self.blobs.get(digest)
+
+    def redacted(self, digest: str) -> bool:
+        return False
+
+
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -22,7 +22,7 @@ from holedger.replay.engine import replay_run, verify_records
 from holedger.replay.report import ReplayReport
 
 from .attacker import Attacker, Row, flip, resign_run
-from .recorded_run import CHECKPOINT_INTERVAL, record_run
+from .recorded_run import CHECKPOINT_INTERVAL, MemoryBlobs, record_run
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -96,17 +96,6 @@ def assert_named(report: ReplayReport, check: str, seq: int) -> None:
     assert check in report.failed_checks(), report.checks
     named = [(f.check, f.seq) for f in report.failures]
     assert (check, seq) in named, named
-
-
-class MemoryBlobs:
-    def __init__(self, blobs: dict[str, bytes]) -> None:
-        self.blobs = blobs
-
-    def blob(self, digest: str) -> bytes | None:
-        return self.blobs.get(digest)
-
-    def redacted(self, digest: str) -> bool:
-        return False
 
 
 def _stored_blobs(run: Recorded) -> MemoryBlobs:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from ledger.attacker import flip
+from ledger.recorded_run import MemoryBlobs as Blobs
 from ledger.recorded_run import record_run
 
 from holedger.ledger.keys import SigningKey
@@ -39,17 +40,6 @@ from holedger.schemas.canonical import canonical_json
 from holedger.schemas.types import ZERO_HASH
 
 KEY = SigningKey.generate("holedger-operator")
-
-
-class Blobs:
-    def __init__(self, blobs: dict[str, bytes]) -> None:
-        self.blobs = blobs
-
-    def blob(self, digest: str) -> bytes | None:
-        return self.blobs.get(digest)
-
-    def redacted(self, digest: str) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")
