@@ -437,7 +437,10 @@ def record_pattern(
             continue
         for field in fields:  # the field's group gets a name unique to the whole pattern
             group = f"_b{len(blobs)}".encode()
-            source = source.replace(b"(?P<" + field.encode() + b">", b"(?P<" + group + b">", 1)
+            named = b"(?P<" + field.encode() + b">"
+            if source.count(named) != 1:
+                raise ValueError(f"the {event_type} pattern has no one group for {field!r}")
+            source = source.replace(named, b"(?P<" + group + b">")
             blobs.append((event_type, field))
         payloads.append(b"(?P<_p" + str(len(payloads)).encode() + b">" + source + b")")
         names.append(event_type.encode())

@@ -99,10 +99,11 @@ class _Run:
         self.blobs = found[1] if found else []
         names = ["_key_id", "_prev_hash", "_role", "_seq", "_type"]
         names += [f"_b{n}" for n in range(len(self.blobs))]
-        index = found[0].groupindex if found else {}
-        # by number: a name costs a lookup per record
-        self.groups = tuple(index.get(name, 0) for name in names)
-        self.sig = index.get("_sig", 0)
+        # by number: a name costs a lookup per record (and a missing group is a KeyError
+        # here, never a silent read of another group)
+        index = found[0].groupindex if found else dict.fromkeys([*names, "_sig"], 0)
+        self.groups = tuple(index[name] for name in names)
+        self.sig = index["_sig"]
 
 
 def _no_match(raw: bytes) -> None:

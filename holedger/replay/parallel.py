@@ -100,11 +100,15 @@ class _Worker:
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "holedger.replay.worker"],
+            # -P: the working directory is not put on the worker's import path, so a
+            # holedger/ (or pickle.py, cryptography/...) where replay is run is never
+            # imported in place of the code this process runs.
+            [sys.executable, "-P", "-m", "holedger.replay.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,  # unbuffered: a summary is read only when select says it is there
             env=env,
+            cwd=root,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.jobs: IO[bytes] = self.process.stdin

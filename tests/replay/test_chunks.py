@@ -38,6 +38,7 @@ from holedger.replay.engine import LedgerBlobs, verify_records
 from holedger.replay.report import ReplayReport
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.types import ZERO_HASH
+from replay.worker_jobs import count_worker_jobs
 
 KEY = SigningKey.generate("holedger-operator")
 
@@ -78,11 +79,23 @@ def replays(
     # lands at every offset in a chunk over a run.
     monkeypatch.setattr(parallel, "CHUNK", 7)
     monkeypatch.setattr(parallel, "LOCAL_CHUNK", 7)
+    checked: list[chunks.ChunkJob] = []  # the chunks that get a chunk check at all
+
+    def check(job: chunks.ChunkJob) -> chunks.ChunkSummary | None:
+        checked.append(job)
+        return chunks.check_chunk(job)
+
+    monkeypatch.setattr(parallel, "check_chunk", check)
     reports = {"one process": verify_records(run_id, records, blobs, **kw)}
+    monkeypatch.setattr(parallel, "check_chunk", chunks.check_chunk)
     if workers:
         reports["two"] = verify_records(run_id, records, blobs, workers=2, **kw)
-        monkeypatch.setattr(parallel, "WAITING_PER_WORKER", 10**6)
-        reports["all to the worker"] = verify_records(run_id, records, blobs, workers=2, **kw)
+        # Nearly every chunk to the worker: one goes while it has fewer than 64 waiting
+        # (and fits the pipe; a limit so large that nothing fits would send none).
+        monkeypatch.setattr(parallel, "WAITING_PER_WORKER", 64)
+        sent = count_worker_jobs(monkeypatch)
+        reports["mostly in the worker"] = verify_records(run_id, records, blobs, workers=2, **kw)
+        assert len(sent) >= len(checked) // 2, f"{len(sent)} of {len(checked)} in the worker"
     monkeypatch.undo()
     for name, report in reports.items():
         assert report.to_json() == reference.to_json(), name

@@ -17,6 +17,7 @@ from holedger.ledger.store import Ledger
 from holedger.replay import parallel
 from holedger.replay.engine import LedgerBlobs, replay_run, verify_records
 from holedger.replay.report import ReplayReport
+from replay.worker_jobs import count_worker_jobs
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,9 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ledger, str, list[
 def _both(
     ledger: Ledger, run_id: str, records: list[bytes], monkeypatch: pytest.MonkeyPatch, **kw: object
 ) -> tuple[ReplayReport, ReplayReport]:
+    # chunks go to workers once the run is open (in these variants: when it starts with a
+    # RunOpened)
+    opens = bool(records) and records[0].endswith(b'"type":"RunOpened"}')
     monkeypatch.setattr(parallel, "CHUNK", 7)  # many chunks, so ordering across them counts
     monkeypatch.setattr(parallel, "LOCAL_CHUNK", 7)
     blobs = LedgerBlobs(ledger)
@@ -39,8 +43,10 @@ def _both(
     # report too.
     for waiting in (0, 64):
         monkeypatch.setattr(parallel, "WAITING_PER_WORKER", waiting)
+        sent = count_worker_jobs(monkeypatch)
         again = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
         assert again == two
+        assert bool(sent) == (waiting > 0 and opens)
     return one, two
 
 
@@ -138,3 +144,39 @@ def test_chunks_keep_order_and_limits() -> None:
         for chunk in chunks:
             assert chunk and len(chunk) <= count
             assert len(chunk) == 1 or sum(map(len, chunk)) <= size
+
+
+@pytest.mark.parametrize(
+    "planted", ["holedger/__init__.py", "pickle.py", "cryptography/__init__.py"]
+)
+def test_a_module_planted_where_replay_runs_is_not_imported_by_workers(
+    stored: tuple[Ledger, str, list[bytes]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    planted: str,
+) -> None:
+    """Replay run from a directory someone else can write to: the worker processes import
+    the code this process runs, never a module planted there (which could approve every
+    chunk it is sent), and a forged signature is still reported."""
+    ledger, run_id, records = stored
+    marker = tmp_path / "planted code ran"
+    where = tmp_path / "cwd"
+    (where / planted).parent.mkdir(parents=True)
+    (where / planted).write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted module imported')\n"
+    )
+    forged = list(records)
+    forged[9] = flip(records[9], records[9].rindex(b',"sig":"') + 12)
+    parallel._POOL.discard()  # the workers start from the planted directory
+    monkeypatch.chdir(where)
+    monkeypatch.setattr(parallel, "CHUNK", 7)
+    monkeypatch.setattr(parallel, "WAITING_PER_WORKER", 64)
+    sent = count_worker_jobs(monkeypatch)
+    try:
+        report = verify_records(run_id, forged, LedgerBlobs(ledger), projections=(), workers=2)
+    finally:
+        parallel._POOL.discard()
+    assert not marker.exists()
+    assert sent
+    assert not report.verified
+    assert (report.failures[0].seq, report.failures[0].type) == (9, parse_record(records[9]).type)
