@@ -28,12 +28,21 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
-def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
+def table(
+    title: str | None, columns: list[str], rows: list[list[Any]], whole: tuple[str, ...] = ()
+) -> Table:
+    """A table; the columns named in ``whole`` (ids a user copies) are never shortened or
+    wrapped, however narrow the output: the other columns give way."""
     tbl = Table(title=title, show_lines=False)
-    for col in columns:
-        tbl.add_column(col)
-    for row in rows:
-        tbl.add_row(*[str(cell) for cell in row])
+    cells = [[str(cell) for cell in row] for row in rows]
+    for index, col in enumerate(columns):
+        if col in whole:
+            widest = max([len(col), *(len(row[index]) for row in cells)])
+            tbl.add_column(col, no_wrap=True, min_width=widest)
+        else:
+            tbl.add_column(col)
+    for row in cells:
+        tbl.add_row(*row)
     return tbl
 
 

@@ -439,17 +439,19 @@ def summarize(
 def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
     from holedger.output import table
 
+    def line(text: str) -> None:
+        # soft wrap: a path or command is never broken across lines (it must copy whole)
+        out.print(text, soft_wrap=True)
+
     def num(v: Fraction | None) -> str:
         return "-" if v is None else f"{float(v):.3f}"
 
     for failure in s.failures:
-        out.print(f"[bold red]problem:[/] {failure}")
+        line(f"[bold red]problem:[/] {failure}")
     band = "above" if s.above_band else "[bold red]NOT above[/]"
-    out.print(f"held-out score E(H+)   {num(s.test_score)}  (nominated candidate, test split)")
-    out.print(f"seed baseline  E(H0)   {num(s.seed_score)}  (pinned for this task)")
-    out.print(
-        f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}"
-    )
+    line(f"held-out score E(H+)   {num(s.test_score)}  (nominated candidate, test split)")
+    line(f"seed baseline  E(H0)   {num(s.seed_score)}  (pinned for this task)")
+    line(f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}")
     rows = [[k, v.get("used"), v.get("limit"), v.get("percent")] for k, v in s.budget.items()]
     out.print(table("budget", ["component", "used", "limit", "percent"], rows))
     warnings = [c.name for c in report.checks if c.level == "warning" and not c.ok]
@@ -459,10 +461,10 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
     else:
         failed = ", ".join(report.failed_checks())
         verdict = f"[bold red]FAILED[/] (checks failed: {failed})"
-    out.print(f"replay verdict         {verdict}")
-    out.print(f"sandbox                {s.backend} ({s.isolation})")
-    out.print(f"run id                 {s.run_id}")
-    out.print(f"replay it              {s.replay_command}")
-    out.print(f"HTML report            {s.report}")
-    out.print(f"optimizer log          {s.optimizer_log}")
-    out.print(f"took                   {s.seconds:.0f} s")
+    line(f"replay verdict         {verdict}")
+    line(f"sandbox                {s.backend} ({s.isolation})")
+    line(f"run id                 {s.run_id}")
+    line(f"replay it              {s.replay_command}")
+    line(f"HTML report            {s.report}")
+    line(f"optimizer log          {s.optimizer_log}")
+    line(f"took                   {s.seconds:.0f} s")

@@ -91,7 +91,8 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
         click.echo("no runs yet (hint: 'holedger demo' or 'holedger run open --task T')")
         return
     rows = [[i.run_id, i.task_id, i.optimizer, i.events, i.state, i.opened] for i in infos]
-    console().print(table(None, ["run", "task", "optimizer", "events", "state", "opened"], rows))
+    columns = ["run", "task", "optimizer", "events", "state", "opened"]
+    console().print(table(None, columns, rows, whole=("run", "events", "state")))
 
 
 @run_group.command("show")

@@ -31,10 +31,11 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from holedger.errors import ConfigError, UsageError
+from holedger.errors import ConfigError, NotFoundError, UsageError
 from holedger.ledger.edwards import public_key_problem
 
 ALG_ED25519 = 0x01
+VKEY_HINT = "expected name+keyid+base64 as printed by 'holedger keys show'"
 
 
 def key_id_bytes(name: str, public_key: bytes, alg: int = ALG_ED25519) -> bytes:
@@ -98,20 +99,17 @@ class PublicKey:
         """Parse ``name+hexid+base64(0x01||key)``, checking the id against the key."""
         parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
         if len(parts) != 3:
-            raise UsageError(
-                f"not a verifier key: {text.strip()[:60]!r}",
-                hint="expected name+keyid+base64 as printed by 'holedger keys show'",
-            )
+            raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint=VKEY_HINT)
         name, hex_id, blob = parts
         try:
             raw = base64.b64decode(blob, validate=True)
         except binascii.Error as exc:
-            raise UsageError("verifier key has bad base64") from exc
+            raise UsageError("verifier key has bad base64", hint=VKEY_HINT) from exc
         if len(raw) != 33 or raw[0] != ALG_ED25519:
-            raise UsageError("verifier key is not an Ed25519 key")
+            raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)
         key = cls(check_key_name(name), raw[1:])
         if key.key_id_hex != hex_id.lower():
-            raise UsageError(f"verifier key id {hex_id} does not match its key")
+            raise UsageError(f"verifier key id {hex_id} does not match its key", hint=VKEY_HINT)
         return key.require_sound()
 
     def require_sound(self) -> PublicKey:
@@ -215,6 +213,11 @@ def load_trusted_keys(values: list[str]) -> list[PublicKey]:
         elif path.is_file():
             lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
             keys.extend(PublicKey.from_vkey(ln) for ln in lines if not ln.startswith("#"))
+        elif "+" not in value:  # neither a key nor an existing file: most likely a file name
+            raise NotFoundError(
+                f"no keyring file at {value} (and it is not a verifier key)",
+                hint="give a vkey as printed by 'holedger keys show', or a file of them",
+            )
         else:
             keys.append(PublicKey.from_vkey(value))
     return keys

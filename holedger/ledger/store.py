@@ -51,7 +51,8 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.exc import OperationalError as SAOperationalError
 from sqlalchemy.orm import Session
 
@@ -428,6 +429,7 @@ class Ledger:
     ) -> None:
         if checkpoint_interval < 1:
             raise UsageError("checkpoint interval must be at least 1")
+        url = ledger_url(url)
         self.url = url
         self.signers = signers
         self.checkpoint_interval = checkpoint_interval
@@ -776,7 +778,15 @@ class Ledger:
         """A run id from a unique prefix of at least 4 characters."""
         prefix = prefix.strip().lower()
         if len(prefix) < 4:
-            raise UsageError("a run id prefix needs at least 4 characters")
+            raise UsageError(
+                "a run id prefix needs at least 4 characters", hint="see 'holedger run list'"
+            )
+        if not _RUN_ID_PREFIX.fullmatch(prefix):
+            raise UsageError(
+                f"not a run id: {prefix!r}",
+                hint="a run id is a UUID such as 7707f7cb-d97d-..., or its first characters; "
+                "see 'holedger run list'",
+            )
         matches = [rid for rid in self.run_ids() if rid.startswith(prefix)]
         if not matches:
             raise NotFoundError(f"no run {prefix}", hint="see 'holedger run list'")
@@ -846,6 +856,33 @@ class Ledger:
                 select(blobs_table.c.size).where(blobs_table.c.digest == digest)
             ).first()
         return row is not None
+
+
+# a prefix of a UUID's canonical spelling (lower-case hex in groups of 8-4-4-4-12)
+_RUN_ID_PREFIX = re.compile(
+    r"[0-9a-f]{1,8}|[0-9a-f]{8}-([0-9a-f]{0,4}|[0-9a-f]{4}-([0-9a-f]{0,4}|[0-9a-f]{4}-"
+    r"([0-9a-f]{0,4}|[0-9a-f]{4}-[0-9a-f]{0,12})))"
+)
+
+LEDGER_URL_HINT = "give sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DATABASE"
+
+
+def ledger_url(url: str) -> str:
+    """``url`` when it names a database holedger stores ledgers in (SQLite, or PostgreSQL
+    through psycopg 3), else ConfigError; ``postgresql://`` means psycopg 3 here (the
+    driver holedger installs), not SQLAlchemy's default psycopg2."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"not a database URL: {_redact(url)!r}", hint=LEDGER_URL_HINT) from None
+    if parsed.drivername == "postgresql":
+        return url.replace("postgresql", "postgresql+psycopg", 1)
+    if parsed.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
+        raise ConfigError(
+            f"holedger cannot keep a ledger in {parsed.drivername!r} ({_redact(url)})",
+            hint=LEDGER_URL_HINT,
+        )
+    return url
 
 
 def _require_sqlite_file(url: str) -> None:

@@ -52,7 +52,7 @@ def _read_text(path: str, what: str) -> str:
             raise UsageError(f"{what} file {path} is too large")
         return p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise NotFoundError(f"no {what} file at {path}") from exc
+        raise NotFoundError(f"no {what} file at {path}", hint="check the file name") from exc
     except UnicodeDecodeError as exc:
         raise UsageError(f"{what} file {path} is not UTF-8 text") from exc
     except OSError as exc:
@@ -555,7 +555,7 @@ def _file_sha256(path: str) -> str:
         with open(path, "rb") as handle:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except FileNotFoundError as exc:
-        raise NotFoundError(f"no file at {path}") from exc
+        raise NotFoundError(f"no file at {path}", hint="check the file name") from exc
 
 
 def run_result(

@@ -190,3 +190,45 @@ def test_unknown_backend_is_one_line_with_a_hint(tmp_path: Path, bad: str) -> No
     assert proc.returncode == 3 or proc.returncode == 2
     assert proc.stderr.startswith("holedger: error:")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_summary_never_breaks_a_path_or_command_across_lines(tmp_path: Path) -> None:
+    """Printed to a narrow or non-terminal output, the report path, the optimizer log and
+    the replay command stay whole on their lines, so they copy as they are."""
+    import io
+
+    from rich.console import Console
+
+    from holedger.demo.run import DemoSummary, print_summary
+    from holedger.replay.report import CheckResult, ReplayReport
+
+    deep = tmp_path / ("a-directory-with-a-long-name" * 3) / ".holedger" / "reports"
+    run_id = "7707f7cb-d97d-42e0-9867-0be37884295c"
+    summary = DemoSummary(
+        run_id=run_id,
+        verified=True,
+        test_score=Fraction(13, 16),
+        seed_score=Fraction(3, 8),
+        g=Fraction(7, 10),
+        resolution_band=Fraction(1, 20),
+        backend="bwrap",
+        isolation="isolated",
+        report=deep / f"{run_id}.html",
+        budget={"dev calls": {"used": 10, "limit": 100, "percent": "10.0%"}},
+        seconds=206.0,
+        replay_command=f"holedger --home {deep.parent} replay {run_id}",
+        optimizer_log=deep / f"{run_id}.optimizer.jsonl",
+        optimizer_exit=0,
+    )
+    report = ReplayReport(
+        run_id=run_id,
+        verified=True,
+        events=585,
+        checks=[CheckResult(name="signatures", ok=True, detail="")],
+        failures=[],
+    )
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=60, highlight=False), summary, report)
+    lines = buffer.getvalue().splitlines()
+    for whole in (str(summary.report), str(summary.optimizer_log), summary.replay_command):
+        assert any(line.endswith(whole) for line in lines), whole

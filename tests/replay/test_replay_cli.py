@@ -171,6 +171,8 @@ def test_pinned_keys(home: tuple[Path, str]) -> None:
         ["00000000-0000-4000-8000-000000000000"],
         ["zz"],
         ["RUN", "--trusted-key", "not-a-key+1234+AAAA"],
+        ["RUN", "--trusted-key", "missing.pub"],
+        ["not-a-run-id"],
     ],
 )
 def test_bad_usage_or_unknown_run_exits_2(home: tuple[Path, str], args: list[str]) -> None:
@@ -178,7 +180,9 @@ def test_bad_usage_or_unknown_run_exits_2(home: tuple[Path, str], args: list[str
     args = [run_id if a == "RUN" else a for a in args]
     result = replay(path, *args)
     assert result.exit_code == 2, result.output
-    assert "holedger: error:" in result.output
+    assert result.output.startswith("holedger: error:")
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "(hint: " in result.output
 
 
 def test_replay_without_a_ledger_exits_2(tmp_path: Path) -> None:
