@@ -424,6 +424,16 @@ class _Verifier:
             )
         for projection in self.projections:
             projection.finish(out)
+        if not self.intact and self.projections:
+            # What the projections found holds for the intact prefix of the log only (the
+            # events after the first break were not applied): say so on each of them.
+            through = self.verified_through
+            out.qualify(
+                {name for name, _ in CHECKS},
+                f"[judged on seq 0 to {through} only, where the log is intact] "
+                if through >= 0
+                else "[judged on no event: the log is broken from its start] ",
+            )
 
 
 def _b64(text: str) -> bytes:

@@ -96,6 +96,18 @@ class ReportBuilder:
         self._warnings.add(name)
         self.check(name, ok, detail)
 
+    def qualify(self, keep: set[str], note: str) -> None:
+        """Put ``note`` before the detail of every check not in ``keep`` and before the
+        reason of every failure such a check names: what they say was judged on part of
+        the run only."""
+        for name, (ok, detail) in self._checks.items():
+            if name not in keep:
+                self._checks[name] = (ok, note + detail)
+        self.failures = [
+            f if f.check in keep else f.model_copy(update={"reason": note + f.reason})
+            for f in self.failures
+        ]
+
     def ok(self, name: str) -> bool:
         return self._checks.get(name, (True, ""))[0]
 

@@ -132,3 +132,39 @@ def test_rejections_the_rules_demand_are_right(
     report = replay(writer.run_id)
     assert report.verified, report.failures
     assert "4 rejected" in {c.name: c.detail for c in report.checks}["budget"]
+
+
+def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only(
+    ledger: Ledger,
+) -> None:
+    """A run broken at seq N: the budget, protocol and score checks were judged on seq 0
+    to N - 1 only, and each of them (and each failure they add) says so; the integrity
+    checks and their failures are stated as they are."""
+    from ledger.attacker import flip
+
+    from holedger.ledger.records import parse_record
+    from holedger.replay.engine import CHECKS, LedgerBlobs, verify_records
+
+    from .runs import task_data
+
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    honest_finish(writer, CAND)
+    records = [raw for _, raw in ledger.raw_records(writer.run_id)]
+    extra = {"task_data": task_data()}
+    intact = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
+    assert intact.verified and not any("[judged" in c.detail for c in intact.checks)
+    at = len(records) // 2
+    records[at] = flip(records[at], records[at].rindex(b',"sig":"') + 12)
+    report = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
+    integrity = {name for name, _ in CHECKS}
+    first = report.failures[0]
+    etype = parse_record(records[at]).type
+    assert (first.seq, first.type, first.check) == (at, etype, "signatures")
+    assert not first.reason.startswith("[")
+    later = [c for c in report.checks if c.name not in integrity]
+    assert {c.name for c in later} >= set(OUR_CHECKS)
+    for check in later:
+        assert check.detail.startswith(f"[judged on seq 0 to {at - 1} only"), check
+    for failure in report.failures:
+        assert failure.reason.startswith("[judged") == (failure.check not in integrity)
