@@ -11,6 +11,7 @@ import click
 
 from holedger import __version__
 from holedger.errors import HoledgerError
+from holedger.output import pipe_closed
 
 # Each room's ``commands`` module has ``register(cli)``; the order is the help order.
 ROOM_COMMANDS = (
@@ -30,10 +31,14 @@ class HoledgerGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return result
         except HoledgerError as exc:
             click.echo(f"holedger: error: {exc.one_line()}", err=True)
             sys.exit(exc.exit_code)
+        except BrokenPipeError:
+            pipe_closed()
 
 
 @click.group(cls=HoledgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,7 +77,10 @@ _register_rooms(cli)
 
 
 def main() -> None:
-    cli(prog_name="holedger")
+    try:
+        cli(prog_name="holedger")
+    except BrokenPipeError:
+        pipe_closed()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from typing import Any
 
@@ -24,8 +26,22 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
-def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+def pipe_closed() -> None:
+    """The reader closed the pipe (`holedger replay RUN | head -1`): stop quietly, with the
+    status of a process that SIGPIPE ended, not 1 (which means "failed")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich's own exits 1
+        pipe_closed()
+
+
+def console(stderr: bool = False, **options: Any) -> Console:
+    options.setdefault("soft_wrap", False)
+    return _Console(stderr=stderr, highlight=False, **options)
 
 
 def table(

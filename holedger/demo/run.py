@@ -34,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from holedger.config import Settings
 from holedger.errors import SandboxError
 from holedger.ledger.store import Ledger
+from holedger.output import console
 from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport
 from holedger.sandboxes import get_backend
@@ -248,8 +249,8 @@ def run_demo(
     from holedger.server.serve import start_server
 
     started = time.monotonic()
-    err = Console(stderr=True, highlight=False)
-    out = Console(highlight=False)
+    err = console(stderr=True)
+    out = console()
 
     def say(text: str) -> None:
         err.print(text)

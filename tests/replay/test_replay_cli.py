@@ -214,3 +214,21 @@ def test_console_script_in_a_subprocess(home: tuple[Path, str]) -> None:
     )
     assert missing.returncode == 2
     assert missing.stderr.startswith("holedger: error:")
+
+
+@pytest.mark.parametrize("args", [["replay", "RUN"], ["replay", "RUN", "--json"], ["run", "list"]])
+def test_a_reader_that_closes_the_pipe_is_no_failure(
+    home: tuple[Path, str], args: list[str]
+) -> None:
+    """`holedger replay RUN | head -1`: when the reader goes away, holedger stops quietly
+    with SIGPIPE's status (141), never 1 (which would read as "verification failed")."""
+    path, run_id = home
+    env = dict(os.environ, HOLEDGER_HOME=str(path))
+    env.pop("HOLEDGER_LEDGER", None)
+    argv = [sys.executable, "-m", "holedger.cli", *(run_id if a == "RUN" else a for a in args)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # no reader before the first write: every write meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == b""
