@@ -105,7 +105,9 @@ def test_redacted_bundle_verifies_everything_but_the_bodies(
     assert body in full.read_bytes() and body not in red.read_bytes()
     report = verify_bundle(red)
     assert report.verified
-    assert report.sections["redacted"] == {"blobs": len(sample.blobs)}
+    assert (
+        report.sections["redacted"] == {"blobs": len(sample.blobs)} == {"blobs": summary.redacted}
+    )
     blobs = next(c for c in report.checks if c.name == "blobs")
     assert "redacted" in blobs.detail and "not checked" in blobs.detail
     assert report.sections["bundle"]["redacted"] is True
