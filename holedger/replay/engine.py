@@ -137,13 +137,8 @@ class _Verifier:
         self._broken(self.expected_seq, None, exc.message, "records")
         self.expected_seq += 1
 
-    def feed_parsed(self, rec: Record, checked: tuple[bytes, bool] | None = None) -> None:
-        """Check one parsed record in stream order.
-
-        ``checked`` is a signature verdict computed elsewhere (a worker process) as
-        (public key used, valid); it is used only when that key is the one this pass
-        would use, else the signature is verified here.
-        """
+    def feed_parsed(self, rec: Record) -> None:
+        """Check one parsed record in stream order."""
         self.events += 1
         seq, etype = rec.seq, rec.type
         if rec.run_id != self.run_id:
@@ -157,7 +152,7 @@ class _Verifier:
             self._open(rec)
         elif etype == "RunOpened":
             self._broken(seq, etype, "a second RunOpened", "keys")
-        self._check_signature(rec, checked)
+        self._check_signature(rec)
         payload = self._check_schema(rec)
         if isinstance(payload, Checkpoint):
             self._check_checkpoint(rec, payload)  # covers the leaves before its own
@@ -304,7 +299,7 @@ class _Verifier:
         ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
         self.projections = [factory(ctx) for factory in self.factories]
 
-    def _check_signature(self, rec: Record, checked: tuple[bytes, bool] | None = None) -> None:
+    def _check_signature(self, rec: Record) -> None:
         role = rec.role
         state = self.role_state.get(role)
         if state is None:
@@ -313,21 +308,15 @@ class _Verifier:
                 self._broken(rec.seq, rec.type, f"no key declared for role {role}", "signatures")
                 return
             state = self.role_state[role] = (key.key_id_hex, key.raw, key.verifier())
-        key_id, raw_key, verifier = state
+        key_id, _, verifier = state
         if rec.key_id != key_id:
             self._broken(
                 rec.seq, rec.type, f"signed by key {rec.key_id}, not {role}'s", "signatures"
             )
             return
-        if checked is not None and checked[0] == raw_key:
-            valid = checked[1]
-        else:
-            try:
-                verifier.verify(rec.signature, rec.signed)
-                valid = True
-            except InvalidSignature:
-                valid = False
-        if not valid:
+        try:
+            verifier.verify(rec.signature, rec.signed)
+        except InvalidSignature:
             self._broken(rec.seq, rec.type, "signature does not verify", "signatures")
 
     def _check_schema(self, rec: Record) -> Model | None:
