@@ -27,7 +27,28 @@ ROOM_COMMANDS = (
 
 
 class HoledgerGroup(click.Group):
-    """Turns every HoledgerError into one line on stderr with its exit code."""
+    """Turns every HoledgerError, and click's own usage errors, into one line on stderr
+    with its exit code."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            status = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `holedger run`: its help
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "holedger"
+            message = exc.format_message().replace("\n", " ")
+            click.echo(f"holedger: error: {message} (hint: see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"holedger: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("holedger: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -175,7 +175,9 @@ class Record:
         if self.schema_version != SCHEMA_VERSION:
             raise SchemaError(f"unknown schema version {self.schema_version!r}")
         try:
-            self._typed = model.model_validate(self.payload)
+            # strict: a JSON value of another type than the field's (false for an integer,
+            # "1" for 1) is refused, not converted; the signed bytes mean what they say
+            self._typed = model.model_validate(self.payload, strict=True)
         except ValidationError as exc:
             raise SchemaError(f"{self.type} payload invalid: {_first_error(exc)}") from exc
         return self._typed

@@ -408,9 +408,7 @@ class _Verifier:
             )
         if self.redacted:  # counted as the bundle's export counts them: distinct blobs
             out.section("redacted", {"blobs": len(self.redacted)})
-            out.check(
-                "blobs", out.ok("blobs"), f"{len(self.redacted)} blobs redacted: not checked"
-            )
+            out.check("blobs", out.ok("blobs"), f"{len(self.redacted)} blobs redacted: not checked")
         for projection in self.projections:
             projection.finish(out)
         if not self.intact and self.projections:

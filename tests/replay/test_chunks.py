@@ -361,6 +361,8 @@ PROTOCOL_DAMAGE = [
     "unknown type",
     "unknown schema version",
     "invalid payload",
+    "a boolean for an integer",
+    "an integer as a string",
     "blob digest unknown",
     "role without a key",
 ]
@@ -403,6 +405,10 @@ def test_resigned_protocol_damage(
             env["schema_version"] = 2
         elif damage == "invalid payload" and index == call:
             env["payload"]["status"] = "two hundred"
+        elif damage == "a boolean for an integer" and index == call:
+            env["payload"]["latency_ms"] = False  # would read as 0 where converted
+        elif damage == "an integer as a string" and index == call:
+            env["payload"]["status"] = str(env["payload"]["status"])
         elif damage == "blob digest unknown" and index == call:
             env["payload"]["request_digest"] = "ab" * 32
         elif damage == "role without a key" and index == 0:
@@ -411,6 +417,9 @@ def test_resigned_protocol_damage(
 
     report = replays(run_id, resign(records, edit=edit), blobs, monkeypatch)
     assert not report.verified, damage
+    if damage.startswith(("a boolean", "an integer")):
+        first = report.failures[0]
+        assert (first.seq, first.check) == (call, "schema"), first
 
 
 def test_chunk_check_names_nothing_and_decides_whole_chunks(stored: Any) -> None:

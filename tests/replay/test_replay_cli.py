@@ -232,3 +232,28 @@ def test_a_reader_that_closes_the_pipe_is_no_failure(
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
     assert err == b""
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["replay"], "Missing argument 'RUN'."),
+        (["replay", "--bogus", "x"], "No such option '--bogus'."),
+        (["--bogus"], "No such option '--bogus'."),
+        (["nosuchcommand"], "No such command 'nosuchcommand'."),
+        (["replay", "--workers", "zero", "x"], "Invalid value for '--workers'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_a_hint(tmp_path: Path, args: list[str], says: str) -> None:
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), *args], prog_name="holedger")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"holedger: error: {says}"), result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "(hint: see 'holedger" in result.output and "--help')" in result.output
+
+
+def test_help_and_version_still_exit_0(tmp_path: Path) -> None:
+    for args in (["--help"], ["replay", "--help"], ["--version"]):
+        result = CliRunner().invoke(cli, ["--home", str(tmp_path), *args], prog_name="holedger")
+        assert result.exit_code == 0, (args, result.output)
+        assert result.output.strip()
