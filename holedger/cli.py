@@ -98,10 +98,7 @@ _register_rooms(cli)
 
 
 def main() -> None:
-    try:
-        cli(prog_name="holedger")
-    except BrokenPipeError:
-        pipe_closed()
+    cli(prog_name="holedger")
 
 
 if __name__ == "__main__":

@@ -253,7 +253,7 @@ def run_demo(
     out = console()
 
     def say(text: str) -> None:
-        err.print(text)
+        err.print(text, soft_wrap=True)  # names and paths stay whole
 
     chosen = choose_backend(backend, say)
     if not cfg.key_path.exists():

@@ -105,8 +105,8 @@ class _Verifier:
         self.expected_seq = 0
         self.prev_hash = ZERO_HASH
         self.role_keys: dict[str, PublicKey] = {}
-        # role -> (key id, raw public key, verifier), built on first use
-        self.role_state: dict[str, tuple[str, bytes, Ed25519PublicKey]] = {}
+        # role -> (key id, verifier), built on first use
+        self.role_state: dict[str, tuple[str, Ed25519PublicKey]] = {}
 
         self.projections: list[Projection] = []
         self.opened: RunOpened | None = None
@@ -307,8 +307,8 @@ class _Verifier:
             if key is None:
                 self._broken(rec.seq, rec.type, f"no key declared for role {role}", "signatures")
                 return
-            state = self.role_state[role] = (key.key_id_hex, key.raw, key.verifier())
-        key_id, _, verifier = state
+            state = self.role_state[role] = (key.key_id_hex, key.verifier())
+        key_id, verifier = state
         if rec.key_id != key_id:
             self._broken(
                 rec.seq, rec.type, f"signed by key {rec.key_id}, not {role}'s", "signatures"
