@@ -92,7 +92,7 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
         return
     rows = [[i.run_id, i.task_id, i.optimizer, i.events, i.state, i.opened] for i in infos]
     columns = ["run", "task", "optimizer", "events", "state", "opened"]
-    console().print(table(None, columns, rows, whole=("run", "task", "events", "state")))
+    console().print(table(None, columns, rows, whole=("run", "events", "state")))
 
 
 @run_group.command("show")
