@@ -56,6 +56,10 @@ def host_interpreter() -> Interpreter:
             shared = (Path(libdir) / soname).resolve()
     candidates = [*site.getsitepackages(), site.getusersitepackages()]
     candidates += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    # In a virtualenv those are the venv's; the base interpreter (the one a trial runs)
+    # has its own, which its site module would add inside the sandbox.
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    candidates += [sysconfig.get_paths(vars=base)[key] for key in ("purelib", "platlib")]
     # Other interpreters under /usr (visible in bwrap) keep their packages here.
     for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages"):
         candidates += [str(p) for p in Path("/usr").glob(pattern)]
