@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -307,3 +308,33 @@ def test_a_thread_spawns_inside_a_v1_group_and_goes_back() -> None:
         child.wait()
     finally:
         group.remove()
+
+
+def test_a_virtualenvs_base_site_packages_are_hidden_too(tmp_path: Path) -> None:
+    """holedger run from a virtualenv: the trial runs the base interpreter, whose own
+    site-packages (pytest, holedger's dependencies...) must be masked as well as the
+    venv's."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    base_vars = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    base_site = Path(sysconfig.get_paths(vars=base_vars)["purelib"]).resolve()
+    if not base_site.is_dir():
+        pytest.skip(f"this interpreter has no site-packages at {base_site}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    code = (
+        "import json, sys; from holedger.sandboxes.runtime import host_interpreter;"
+        "assert sys.prefix != sys.base_prefix;"
+        "print(json.dumps([str(p) for p in host_interpreter().hidden]))"
+    )
+    # the venv imports holedger and its dependencies from where this process does
+    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    hidden = {Path(p) for p in json.loads(done.stdout)}
+    assert base_site in hidden
+    assert (venv / "lib").resolve() in {p.parents[1] for p in hidden}  # the venv's own
