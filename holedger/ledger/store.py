@@ -488,14 +488,7 @@ class Ledger:
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Ledger:
         """Open the home's ledger with the home's operator key (see ``holedger init``)."""
         key = SigningKey.load(settings.key_path)
-        if settings.ledger_url.startswith("sqlite:///"):
-            db_file = settings.ledger_url.removeprefix("sqlite:///")
-            from pathlib import Path
-
-            if not Path(db_file).exists():
-                raise ConfigError(
-                    f"no ledger at {db_file}", hint="run 'holedger init' to create the home"
-                )
+        _require_sqlite_file(settings.ledger_url)  # opening must not create a ledger
         # PostgreSQL: the schema is created once by 'holedger init'; writers never race
         # on DDL ("tuple concurrently updated" when several create it at once).
         kwargs.setdefault("create_tables", not settings.ledger_url.startswith("postgresql"))

@@ -59,3 +59,25 @@ def test_plain_postgresql_urls_use_psycopg_3(pg_url: str) -> None:
         assert replay_run(ledger, run_id, projections=()).verified
     finally:
         ledger.close()
+
+
+def test_opening_a_home_whose_ledger_is_gone_creates_nothing(tmp_path: Path) -> None:
+    from holedger.config import Settings
+
+    settings = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(settings)
+    db_file = settings.home / "ledger.db"
+    db_file.unlink()
+    with pytest.raises(ConfigError, match="no ledger at") as caught:
+        Ledger.from_settings(settings)
+    assert "holedger init" in (caught.value.hint or "")
+    assert not db_file.exists()  # refused before anything could create it
+
+
+def test_a_home_ledger_url_with_a_query_opens(tmp_path: Path) -> None:
+    from holedger.config import Settings
+
+    plain = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(plain)
+    settings = Settings.resolve(plain.home, f"{plain.ledger_url}?timeout=5")
+    Ledger.from_settings(settings).close()  # the query is not part of the file's name
