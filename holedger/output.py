@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -64,3 +66,38 @@ def table(
 
 def is_tty() -> bool:
     return sys.stdout.isatty()
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr for long work, fed with (done, total); None, and nothing
+    printed, when stderr is not a terminal (logs, pipes and scripts never see it). The
+    bar is cleared when the work ends, so the result is all that stays on the screen."""
+    err = console(stderr=True)
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=max(total, done))
+
+        yield update

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from holedger.output import console, emit_json, settings
+from holedger.output import console, emit_json, progress_bar, settings
 
 
 @click.command("report")
@@ -31,7 +31,8 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
     from holedger.demo.report import render_run_report
 
     cfg = settings(ctx)
-    result = render_run_report(cfg, run, output)
+    with progress_bar("checking events") as progress:
+        result = render_run_report(cfg, run, output, progress)
     if as_json:
         emit_json(
             {"run_id": result.run_id, "report": str(result.path), "verified": result.verified}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,23 +21,33 @@ class RenderedReport:
     report: ReplayReport
 
 
-def replay_in_home(cfg: Settings, ledger: Ledger, run_id: str) -> ReplayReport:
+def replay_in_home(
+    cfg: Settings,
+    ledger: Ledger,
+    run_id: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayReport:
     """Replay with the home's run repository, so the candidate leakage scan can run."""
     extra = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
-    return replay_run(ledger, run_id, extra=extra)
+    return replay_run(ledger, run_id, extra=extra, progress=progress)
 
 
 def default_report_path(cfg: Settings, run_id: str) -> Path:
     return cfg.reports_dir / f"{run_id}.html"
 
 
-def render_run_report(cfg: Settings, run: str, output: Path | None = None) -> RenderedReport:
+def render_run_report(
+    cfg: Settings,
+    run: str,
+    output: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RenderedReport:
     """Replay ``run`` (an id or a unique prefix) and write its page; the page is written
     whether or not the run verifies (it then says what failed)."""
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
         run_id = ledger.resolve_run(run)
-        report = replay_in_home(cfg, ledger, run_id)
+        report = replay_in_home(cfg, ledger, run_id, progress)
         path = write_report(ledger, run_id, report, output or default_report_path(cfg, run_id))
     finally:
         ledger.close()

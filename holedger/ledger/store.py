@@ -744,6 +744,11 @@ class Ledger:
         record: Record = self.mapper.to_domain_event(events[0])
         return record
 
+    def stored_count(self, run_id: str) -> int:
+        """How many records the run has stored (its last stream version; 0 for none)."""
+        events = self.app.recorder.select_events(run_uuid(run_id), desc=True, limit=1)
+        return int(events[0].originator_version) if events else 0
+
     def last_record(self, run_id: str) -> Record:
         rid = run_uuid(run_id)
         events = self.app.recorder.select_events(rid, desc=True, limit=1)

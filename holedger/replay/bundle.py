@@ -25,7 +25,7 @@ import hashlib
 import os
 import struct
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -778,6 +778,7 @@ def verify_bundle(
     external_checkpoints: Sequence[str] = (),
     policy: TlogPolicy | None = None,
     projections: Sequence[ProjectionFactory] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayReport:
     """Replay a bundle with the replay engine; returns the ReplayReport (plus sections).
 
@@ -785,7 +786,9 @@ def verify_bundle(
     by the run's server key and match a checkpoint of the bundled log (a rewrite or a
     truncation fails). ``policy`` (a :class:`~holedger.ledger.note.TlogPolicy`) requires
     witness cosignatures on the bundle's final checkpoint. ``projections`` defaults to
-    the registered replay projections; the bundle's own checks always run.
+    the registered replay projections; the bundle's own checks always run. ``progress``,
+    when given, is called with (records read, records in the bundle) every
+    PROGRESS_EVERY records and at the end.
     """
     from holedger.replay.engine import ReplayContext, verify_records
 
@@ -803,9 +806,12 @@ def verify_bundle(
             return BundleChecks(bundle, ctx.opened, external_checkpoints, policy)
 
         try:
+            records = bundle.records()
+            if progress is not None:
+                records = _reporting(records, len(bundle.record_spans), progress)
             return verify_records(
                 bundle.run_id,
-                bundle.records(),
+                records,
                 bundle,
                 trusted_keys=trusted_keys,
                 projections=[*projections, git, checks],
@@ -817,3 +823,19 @@ def verify_bundle(
                 f"bundle cannot be replayed: {type(exc).__name__}: {exc}",
                 hint="the bundle's content is not a run holedger can read",
             ) from exc
+
+
+PROGRESS_EVERY = 1000
+
+
+def _reporting(
+    records: Iterator[bytes], total: int, progress: Callable[[int, int], None]
+) -> Iterator[bytes]:
+    """``records`` as they are, calling ``progress(done, total)`` on the way."""
+    done = 0
+    for raw in records:
+        yield raw
+        done += 1
+        if done % PROGRESS_EVERY == 0:
+            progress(done, total)
+    progress(done, total)

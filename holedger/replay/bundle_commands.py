@@ -36,7 +36,7 @@ from holedger.ledger.note import (
 )
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
 from holedger.ledger.records import parse_record
-from holedger.output import console, emit_json, settings
+from holedger.output import console, emit_json, progress_bar, settings
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
 MAX_INPUT_FILE = 8 << 20
@@ -217,7 +217,10 @@ def verify_cmd(
     keys = load_trusted_keys(list(trusted))
     notes = [_read_text(f, "checkpoint") for f in checkpoint_files]
     policy = _policy(policy_file, witnesses, quorum)
-    report = verify_bundle(bundle, trusted_keys=keys, external_checkpoints=notes, policy=policy)
+    with progress_bar("checking events") as progress:
+        report = verify_bundle(
+            bundle, trusted_keys=keys, external_checkpoints=notes, policy=policy, progress=progress
+        )
     if as_json:
         emit_json(report.to_json())
     else:
@@ -619,7 +622,8 @@ def attest_cmd(
     ledger = _open_ledger(ctx)
     try:
         run_id = ledger.resolve_run(run)
-        report = replay_run(ledger, run_id)
+        with progress_bar("checking events") as progress:
+            report = replay_run(ledger, run_id, progress=progress)
         log = _load_run(ledger, run_id)
     finally:
         ledger.close()

@@ -7,7 +7,7 @@ import sys
 import click
 
 from holedger.ledger.keys import load_trusted_keys
-from holedger.output import console, emit_json, settings, table
+from holedger.output import console, emit_json, progress_bar, settings, table
 from holedger.replay.report import ReplayReport
 
 
@@ -109,7 +109,10 @@ def replay_cmd(
         extra: dict[str, object] = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
         if task:
             extra["task"] = task
-        report = replay_run(ledger, run_id, trusted_keys=keys, extra=extra, workers=workers)
+        with progress_bar("checking events") as progress:
+            report = replay_run(
+                ledger, run_id, trusted_keys=keys, extra=extra, workers=workers, progress=progress
+            )
     finally:
         ledger.close()
     if as_json:

@@ -530,11 +530,19 @@ def replay_run(
     projections: Sequence[ProjectionFactory] | None = None,
     extra: Mapping[str, object] | None = None,
     workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayReport:
-    """Replay a run stored in ``ledger`` (no re-execution of anything)."""
+    """Replay a run stored in ``ledger`` (no re-execution of anything).
+
+    ``progress``, when given, is called with (records read, records stored) after each
+    database batch: the checks are at most a few thousand records behind it.
+    """
     if not ledger.has_run(run_id):
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    records = chain.from_iterable(ledger.raw_record_batches(run_id))
+    batches: Iterable[list[bytes]] = ledger.raw_record_batches(run_id)
+    if progress is not None:
+        batches = _reporting(batches, ledger.stored_count(run_id), progress)
+    records = chain.from_iterable(batches)
     return verify_records(
         run_id,
         records,
@@ -544,3 +552,15 @@ def replay_run(
         extra=extra,
         workers=workers,
     )
+
+
+def _reporting(
+    batches: Iterable[list[bytes]], total: int, progress: Callable[[int, int], None]
+) -> Iterator[list[bytes]]:
+    """``batches`` as they are, calling ``progress(done, total)`` each time the next batch
+    is asked for (the one before it has been fed on)."""
+    done = 0
+    for batch in batches:
+        yield batch
+        done += len(batch)
+        progress(done, total)

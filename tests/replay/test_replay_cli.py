@@ -22,6 +22,7 @@ from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
+from replay.task_run import closed_task_run
 
 INTEGRITY_CHECKS = {
     "records",
@@ -37,38 +38,6 @@ INTEGRITY_CHECKS = {
 }
 
 
-def _task_run(ledger: Ledger) -> str:
-    from fractions import Fraction
-
-    from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget, TaskTerms
-
-    digest = "ab" * 32
-    terms = TaskTerms(
-        task_id="cli-task",
-        models=["sim-small"],
-        split_sizes={"dev": 4, "val": 4, "test": 4},
-        split_digests={"dev": digest, "val": digest, "test": digest},
-        manifest_digest=digest,
-        budget=BudgetVector(
-            dev=SplitBudget(calls=10, case_passes=Fraction(4)),
-            val=SplitBudget(calls=10, case_passes=Fraction(4)),
-            target_tokens=1000,
-        ),
-        disclosure=DisclosurePolicy(),
-        k=3,
-        resolution_band=Fraction(1, 20),
-        verifier_digest=digest,
-        seed_commit="0" * 40,
-        entrypoint=["python", "-m", "harness"],
-        immutable_paths=[],
-        case_timeout_s=30,
-        environment_digest=digest,
-    )
-    run_id = ledger.open_run(terms, task_digest=digest, optimizer="cli-test")
-    ledger.close_run(run_id, reason="completed")
-    return run_id
-
-
 @pytest.fixture()
 def home(tmp_path: Path) -> tuple[Path, str]:
     """An initialised home holding one closed run."""
@@ -76,7 +45,7 @@ def home(tmp_path: Path) -> tuple[Path, str]:
     result = CliRunner().invoke(cli, ["--home", str(home), "init", "--json"])
     assert result.exit_code == 0, result.output
     ledger = Ledger.from_settings(Settings.resolve(home))
-    run_id = _task_run(ledger)
+    run_id = closed_task_run(ledger)
     ledger.close()
     return home, run_id
 

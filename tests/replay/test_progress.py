@@ -1,0 +1,153 @@
+"""Progress of a long replay: `holedger replay` and `holedger verify` show a bar on a
+terminal's stderr and print nothing more anywhere else; the engine reports how far it has
+read, ending at the whole run."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ledger.recorded_run import CHECKPOINT_INTERVAL, record_run
+
+from holedger.config import Settings
+from holedger.ledger import store
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+from holedger.replay import bundle as bundle_module
+from holedger.replay.bundle import export_bundle, verify_bundle
+from holedger.replay.engine import replay_run
+from replay.task_run import closed_task_run
+
+
+@pytest.fixture()
+def recorded(tmp_path: Path) -> Iterator[tuple[Ledger, str, Path]]:
+    """A ledger holding a closed run of 219 events (integrity checks only: its
+    projections are other tests' business), and the run's bundle."""
+    ledger = Ledger.open(
+        f"sqlite:///{tmp_path / 'ledger.db'}",
+        SigningKey.generate("holedger-operator"),
+        checkpoint_interval=CHECKPOINT_INTERVAL,
+    )
+    run_id = record_run(ledger)
+    export_bundle(ledger, run_id, tmp_path / "run.hlb")
+    yield ledger, run_id, tmp_path / "run.hlb"
+    ledger.close()
+
+
+@pytest.fixture()
+def home(tmp_path: Path) -> tuple[Path, str, Path]:
+    """A home holding a closed run that replay verifies whole, and its bundle."""
+    settings = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(settings)
+    ledger = Ledger.from_settings(settings)
+    try:
+        run_id = closed_task_run(ledger)
+        export_bundle(ledger, run_id, tmp_path / "run.hlb")
+    finally:
+        ledger.close()
+    return settings.home, run_id, tmp_path / "run.hlb"
+
+
+def test_replay_reports_its_progress_up_to_the_whole_run(
+    recorded: tuple[Ledger, str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, run_id, _ = recorded
+    events = ledger.stored_count(run_id)
+    assert events == 219
+    # replay reads 2 * READ_BATCH records at a time: several batches, so several reports
+    monkeypatch.setattr(store, "READ_BATCH", 25)
+    seen: list[tuple[int, int]] = []
+    report = replay_run(
+        ledger, run_id, projections=(), progress=lambda done, total: seen.append((done, total))
+    )
+    assert report.verified and report.events == events
+    assert [done for done, _ in seen] == [50, 100, 150, 200, 219]
+    assert {total for _, total in seen} == {events}
+
+
+def test_bundle_verification_reports_its_progress(
+    recorded: tuple[Ledger, str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, run_id, bundle = recorded
+    events = ledger.stored_count(run_id)
+    monkeypatch.setattr(bundle_module, "PROGRESS_EVERY", 100)
+    seen: list[tuple[int, int]] = []
+    report = verify_bundle(
+        bundle, projections=(), progress=lambda done, total: seen.append((done, total))
+    )
+    assert report.verified, report.failures
+    assert seen == [(100, events), (200, events), (events, events)]
+
+
+def _holedger(*args: str) -> list[str]:
+    return [sys.executable, "-m", "holedger.cli", *args]
+
+
+def _run_with_terminal_stderr(argv: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` with stderr on a pseudo-terminal and stdout on a pipe."""
+    leader, follower = pty.openpty()
+    env = dict(os.environ, COLUMNS="100", TERM="xterm")
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=follower, env=env)
+    os.close(follower)
+    err = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], 60)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other end closed: the process is done with it
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = proc.stdout.read() if proc.stdout else b""
+    os.close(leader)
+    return proc.wait(timeout=60), out, err
+
+
+COMMANDS = {
+    "replay": ["replay", "RUN"],
+    "verify": ["verify", "BUNDLE"],
+    "report": ["report", "RUN", "-o", "page.html"],
+    "attest": ["attest", "RUN", "-o", "result.json"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_terminal_sees_the_bar_and_stdout_only_the_result(
+    home: tuple[Path, str, Path], command: str
+) -> None:
+    path, run_id, bundle = home
+    args = [{"RUN": run_id, "BUNDLE": str(bundle)}.get(a, a) for a in COMMANDS[command]]
+    code, out, err = _run_with_terminal_stderr(_holedger("--home", str(path), *args), path.parent)
+    assert code == 0, (out, err)
+    shown = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", err)  # the terminal's control codes
+    assert b"checking events" in shown
+    assert b"3/3" in shown  # fed to the end: every event of the run counted
+    if command in ("replay", "verify"):
+        assert b"VERIFIED (3 events)" in out
+    assert b"checking events" not in out
+
+
+@pytest.mark.parametrize("command", ["replay", "verify"])
+def test_no_terminal_no_bar(home: tuple[Path, str, Path], command: str) -> None:
+    path, run_id, bundle = home
+    target = run_id if command == "replay" else str(bundle)
+    done = subprocess.run(
+        _holedger("--home", str(path), command, target, "--json"),
+        cwd=path.parent,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b""  # a pipe or a log file gets no bar
+    assert done.stdout.lstrip().startswith(b"{")
