@@ -27,6 +27,7 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -84,6 +85,8 @@ KIND_NAMES = {
 
 # Per-kind maximum body length, checked before a body is read.
 MAX_BLOB = 64 << 20
+PROGRESS_EVERY = 1000  # records between two progress reports of verify_bundle
+
 LIMITS = {
     KIND_MANIFEST: 64 << 10,
     KIND_KEY: 4 << 10,
@@ -790,7 +793,7 @@ def verify_bundle(
     when given, is called with (records read, records in the bundle) every
     PROGRESS_EVERY records and at the end.
     """
-    from holedger.replay.engine import ReplayContext, verify_records
+    from holedger.replay.engine import ReplayContext, verify_records, with_progress
 
     if projections is None:
         from holedger.replay.projections import PROJECTIONS
@@ -806,9 +809,11 @@ def verify_bundle(
             return BundleChecks(bundle, ctx.opened, external_checkpoints, policy)
 
         try:
-            records = bundle.records()
+            stored = bundle.records()
+            records = stored
             if progress is not None:
-                records = _reporting(records, len(bundle.record_spans), progress)
+                batches = iter(lambda: list(islice(stored, PROGRESS_EVERY)), [])
+                records = with_progress(batches, len(bundle.record_spans), progress)
             return verify_records(
                 bundle.run_id,
                 records,
@@ -823,19 +828,3 @@ def verify_bundle(
                 f"bundle cannot be replayed: {type(exc).__name__}: {exc}",
                 hint="the bundle's content is not a run holedger can read",
             ) from exc
-
-
-PROGRESS_EVERY = 1000
-
-
-def _reporting(
-    records: Iterator[bytes], total: int, progress: Callable[[int, int], None]
-) -> Iterator[bytes]:
-    """``records`` as they are, calling ``progress(done, total)`` on the way."""
-    done = 0
-    for raw in records:
-        yield raw
-        done += 1
-        if done % PROGRESS_EVERY == 0:
-            progress(done, total)
-    progress(done, total)

@@ -537,12 +537,15 @@ def replay_run(
     ``progress``, when given, is called with (records read, records stored) after each
     database batch: the checks are at most a few thousand records behind it.
     """
-    if not ledger.has_run(run_id):
+    stored = ledger.stored_count(run_id)
+    if not stored:
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    batches: Iterable[list[bytes]] = ledger.raw_record_batches(run_id)
-    if progress is not None:
-        batches = _reporting(batches, ledger.stored_count(run_id), progress)
-    records = chain.from_iterable(batches)
+    batches = ledger.raw_record_batches(run_id)
+    records = (
+        chain.from_iterable(batches)
+        if progress is None
+        else with_progress(batches, stored, progress)
+    )
     return verify_records(
         run_id,
         records,
@@ -554,13 +557,13 @@ def replay_run(
     )
 
 
-def _reporting(
+def with_progress(
     batches: Iterable[list[bytes]], total: int, progress: Callable[[int, int], None]
-) -> Iterator[list[bytes]]:
-    """``batches`` as they are, calling ``progress(done, total)`` each time the next batch
-    is asked for (the one before it has been fed on)."""
+) -> Iterator[bytes]:
+    """The records of ``batches`` in order, calling ``progress(done, total)`` each time
+    the next batch is asked for (every record before it has been fed on)."""
     done = 0
     for batch in batches:
-        yield batch
+        yield from batch
         done += len(batch)
         progress(done, total)
