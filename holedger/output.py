@@ -47,10 +47,16 @@ def console(stderr: bool = False, **options: Any) -> Console:
 
 
 def table(
-    title: str | None, columns: list[str], rows: list[list[Any]], whole: tuple[str, ...] = ()
+    title: str | None,
+    columns: list[str],
+    rows: list[list[Any]],
+    whole: tuple[str, ...] = (),
+    fold: tuple[str, ...] = (),
 ) -> Table:
     """A table; the columns named in ``whole`` (ids a user copies) are never shortened or
-    wrapped, however narrow the output: the other columns give way."""
+    wrapped, however narrow the output: the other columns give way. In the columns named
+    in ``fold`` (prose that may hold a key or a digest) a word too long for the column
+    goes on over the next lines instead of being cut short."""
     tbl = Table(title=title, show_lines=False)
     cells = [[str(cell) for cell in row] for row in rows]
     for index, col in enumerate(columns):
@@ -58,7 +64,7 @@ def table(
             widest = max([len(col), *(len(row[index]) for row in cells)])
             tbl.add_column(col, no_wrap=True, min_width=widest)
         else:
-            tbl.add_column(col)
+            tbl.add_column(col, overflow="fold" if col in fold else "ellipsis")
     for row in cells:
         tbl.add_row(*row)
     return tbl

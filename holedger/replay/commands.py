@@ -20,13 +20,13 @@ def print_report(report: ReplayReport) -> None:
         ["ok" if c.ok else ("FAIL" if c.level == "error" else "WARN"), c.name, c.detail]
         for c in report.checks
     ]
-    out.print(table("checks", ["", "check", "detail"], rows))
+    out.print(table("checks", ["", "check", "detail"], rows, fold=("detail",)))
     if report.failures:
         rows = [
             ["-" if f.seq is None else str(f.seq), f.type or "-", f.reason]
             for f in report.failures[:20]
         ]
-        out.print(table("first failures", ["seq", "type", "reason"], rows))
+        out.print(table("first failures", ["seq", "type", "reason"], rows, fold=("reason",)))
         if report.failures_total > 20:
             out.print(f"... {report.failures_total - 20} more (see --json)")
     budget = report.sections.get("budget_table")

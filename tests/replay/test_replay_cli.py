@@ -226,3 +226,15 @@ def test_help_and_version_still_exit_0(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli, ["--home", str(tmp_path), *args], prog_name="holedger")
         assert result.exit_code == 0, (args, result.output)
         assert result.output.strip()
+
+
+def test_the_key_taken_on_trust_is_printed_whole(home: tuple[Path, str]) -> None:
+    """At 80 columns the key's vkey is longer than the detail column: it goes on over the
+    next lines, so it can be read and pinned, and is never cut short."""
+    path, run_id = home
+    vkey = SigningKey.load(Settings.resolve(path).key_path).public.vkey()
+    result = replay(path, run_id)
+    assert result.exit_code == 0, result.output
+    cells = "".join(result.output.replace("│", "").split())
+    assert vkey in cells
+    assert "…" not in result.output
