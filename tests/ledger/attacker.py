@@ -128,6 +128,15 @@ def flip(raw: bytes, position: int) -> bytes:
     return bytes(out)
 
 
+def forge_signature(raw: bytes) -> bytes:
+    """``raw`` with one character of its signature replaced by another base64 character:
+    still a well-formed record, whose signature no longer verifies (flipping a bit could
+    leave the base64 alphabet, e.g. "A" to "@", and make a malformed record instead)."""
+    at = raw.rindex(b',"sig":"') + 12
+    other = b"B" if raw[at : at + 1] != b"B" else b"C"
+    return raw[:at] + other + raw[at + 1 :]
+
+
 def resign_run(
     rows: list[Row], key: SigningKey, declare: dict[str, dict[str, str]] | None = None
 ) -> list[bytes]:

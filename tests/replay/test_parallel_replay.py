@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ledger.attacker import Row, flip, resign_run
+from ledger.attacker import Row, flip, forge_signature, resign_run
 from ledger.recorded_run import record_run
 
 from holedger.errors import HoledgerError
@@ -166,7 +166,7 @@ def test_a_module_planted_where_replay_runs_is_not_imported_by_workers(
         f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted module imported')\n"
     )
     forged = list(records)
-    forged[9] = _forged_signature(records[9])
+    forged[9] = forge_signature(records[9])
     parallel._POOL.discard()  # the workers start from the planted directory
     monkeypatch.chdir(where)
     monkeypatch.setattr(parallel, "CHUNK", 7)
@@ -180,12 +180,3 @@ def test_a_module_planted_where_replay_runs_is_not_imported_by_workers(
     assert sent
     assert not report.verified
     assert (report.failures[0].seq, report.failures[0].type) == (9, parse_record(records[9]).type)
-
-
-def _forged_signature(raw: bytes) -> bytes:
-    """``raw`` with one character of its signature replaced by another base64 character:
-    still a well-formed record, whose signature no longer verifies (flipping a bit could
-    leave the base64 alphabet, e.g. "A" to "@", and make a malformed record instead)."""
-    at = raw.rindex(b',"sig":"') + 12
-    other = b"B" if raw[at : at + 1] != b"B" else b"C"
-    return raw[:at] + other + raw[at + 1 :]

@@ -140,7 +140,7 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     """A run broken at seq N: the budget, protocol and score checks were judged on seq 0
     to N - 1 only, and each of them (and each failure they add) says so; the integrity
     checks and their failures are stated as they are."""
-    from ledger.attacker import flip
+    from ledger.attacker import forge_signature
 
     from holedger.ledger.records import parse_record
     from holedger.replay.engine import CHECKS, LedgerBlobs, verify_records
@@ -155,7 +155,7 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     intact = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
     assert intact.verified and not any("[judged" in c.detail for c in intact.checks)
     at = len(records) // 2
-    records[at] = flip(records[at], records[at].rindex(b',"sig":"') + 12)
+    records[at] = forge_signature(records[at])
     report = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
     integrity = {name for name, _ in CHECKS}
     first = report.failures[0]
