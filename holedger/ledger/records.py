@@ -308,7 +308,7 @@ def envelope_problem(obj: dict[str, Any]) -> str | None:
     if type(obj["schema_version"]) is not int:
         return "schema_version: not an integer"
     if not isinstance(time, str) or not _TIME.fullmatch(time):
-        return "time: not UTC with microseconds and Z"
+        return "time: not a real UTC time as YYYY-MM-DDTHH:MM:SS.ffffffZ"
     if obj["role"] not in ROLES:
         return f"role: not one of {', '.join(ROLES)}"
     key_id, prev_hash = obj["key_id"], obj["prev_hash"]
@@ -348,6 +348,9 @@ def envelope_problem(obj: dict[str, Any]) -> str | None:
 # and a payload it validated is the one the strict parser's record validates to
 # (tests/ledger/test_fast_parse.py).
 
+# The time member's value, as the envelope model's TIME_PATTERN spells it (no anchors).
+_TIME_BYTES = TIME_PATTERN.removeprefix("^").removesuffix("$").encode()
+
 _HEAD = re.compile(rb'\{"key_id":"[0-9a-f]{8}","payload":\{')
 _KEY_ID = slice(len(b'{"key_id":"'), len(b'{"key_id":"00000000'))
 _PAYLOAD_AT = len(b'{"key_id":"00000000","payload":')
@@ -357,7 +360,7 @@ _TAIL = re.compile(
     rb'"run_id":"([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})",'
     rb'"schema_version":(0|[1-9][0-9]{0,14}),"seq":(0|[1-9][0-9]{0,14}),'
     rb'"sig":"([A-Za-z0-9+/]{85}[AQgw]==)",'
-    rb'"time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)",'
+    rb'"time":"(' + _TIME_BYTES + rb')",'
     rb'"type":"([A-Za-z][A-Za-z0-9]{0,63})"\}'
 )
 _SIG_GROUP = 6
@@ -467,7 +470,9 @@ def record_pattern(
         + b","
         + rb'"seq":(?P<_seq>0|[1-9][0-9]{0,14}),'
         + rb'"sig":"(?P<_sig>[A-Za-z0-9+/]{85}[AQgw]==)",'
-        + rb'"time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z",'
+        + b'"time":"'
+        + _TIME_BYTES
+        + b'",'
         + b'"type":"(?P<_type>'
         + type_name
         + rb')"\}'
@@ -476,6 +481,71 @@ def record_pattern(
 
 
 _TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
+
+# Key names a checkpoint pattern spells literally: none that JSON would escape.
+_PLAIN_KEY_NAME = re.compile(r"[A-Za-z0-9._:/@=-]{1,128}")
+# Standard base64 of 32 and of 68 bytes, in the one encoding with zero padding bits.
+_B64_32 = rb"[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]="
+_B64_68 = rb"[A-Za-z0-9+/]{90}[AEIMQUYcgkosw048]="
+
+
+def checkpoint_pattern(run_id: str, origin: str, key_name: str) -> re.Pattern[bytes] | None:
+    """One pattern for the canonical Checkpoint records of run ``run_id`` whose note is a
+    tlog-checkpoint of ``origin`` with no extension lines and one signature, by the key
+    named ``key_name``: as holedger writes them. None when ``run_id``, ``origin`` or
+    ``key_name`` is not one it spells literally.
+
+    Whatever it matches, ``parse_record`` accepts too, with a Checkpoint payload and the
+    same envelope values, and the note parses (c2sp signed-note, tlog-checkpoint) to the
+    text and the one signature line the groups read (tests/ledger/test_record_pattern.py).
+    It checks nothing the groups must agree on: that is the caller's. Named groups:
+    ``_key_id``, ``_prev_hash``, ``_role``, ``_seq``, ``_sig`` and ``_type`` (the
+    envelope's, as in ``record_pattern``); ``_size`` and ``_root`` (the payload's);
+    ``_text`` (the note text, JSON-encoded: its newlines are the two bytes ``\\n``),
+    ``_text_size`` and ``_text_root`` (its size and base64 root lines) and ``_note_sig``
+    (base64 of the signature line's key id and signature).
+    """
+    if not _RUN_ID.fullmatch(run_id) or not _PLAIN_KEY_NAME.fullmatch(key_name):
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9._:/@-]{1,256}", origin):
+        return None
+    number = rb"0|[1-9][0-9]{0,14}"
+    newline = rb"\\n"  # a newline inside a JSON string
+    return re.compile(
+        rb'\{"key_id":"(?P<_key_id>[0-9a-f]{8})","payload":\{"note":"'
+        + b"(?P<_text>"
+        + re.escape(origin.encode())
+        + newline
+        + b"(?P<_text_size>"
+        + number
+        + b")"
+        + newline
+        + b"(?P<_text_root>"
+        + _B64_32
+        + b")"
+        + newline
+        + b")"
+        + newline
+        + "\u2014 ".encode()
+        + re.escape(key_name.encode())
+        + b" (?P<_note_sig>"
+        + _B64_68
+        + b")"
+        + newline
+        + rb'","root":"(?P<_root>[0-9a-f]{64})","size":(?P<_size>'
+        + number
+        + rb')\},"prev_hash":"(?P<_prev_hash>[0-9a-f]{64})","role":"(?P<_role>server)",'
+        + b'"run_id":"'
+        + run_id.encode()
+        + b'","schema_version":'
+        + _SCHEMA_VERSION_BYTES
+        + b',"seq":(?P<_seq>'
+        + number
+        + rb'),"sig":"(?P<_sig>[A-Za-z0-9+/]{85}[AQgw]==)",'
+        + b'"time":"'
+        + _TIME_BYTES
+        + rb'","type":"(?P<_type>Checkpoint)"\}'
+    )
 
 
 def _typed_payload(etype: bytes, version: bytes, payload_bytes: bytes) -> Model | None:

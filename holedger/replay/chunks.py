@@ -19,7 +19,8 @@ or in worker processes alike.
 
 Records whose payload ``schemas.recognize`` can recognise by its bytes (GatewayCall, the
 bulk of a run, among them) are matched whole by one pattern per event type and never
-become objects; every other record goes through ``parse_record`` and its payload model.
+become objects, and so are checkpoints as the server writes them (``checkpoint_pattern``);
+every other record goes through ``parse_record`` and its payload model.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from holedger.errors import SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.note import parse_checkpoint, verify_note
-from holedger.ledger.records import parse_record, record_pattern
+from holedger.ledger.records import checkpoint_pattern, parse_record, record_pattern
 from holedger.schemas.events import EVENT_TYPES, Checkpoint
 
 # Payload fields that name a blob by its SHA-256; replay re-hashes each one.
@@ -51,6 +52,7 @@ _PARSED_TYPES = frozenset({"RunOpened", "Checkpoint", "RunClosed"})
 _PATTERN_TYPES = frozenset(EVENT_TYPES) - _PARSED_TYPES
 
 _sha256 = hashlib.sha256
+_a2b = binascii.a2b_base64
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,13 @@ class _Run:
         # role -> (key id, verifier), both as the records spell them (bytes)
         self.roles: dict[bytes, tuple[bytes, Ed25519PublicKey]] = {}
         self.server: PublicKey | None = None
+        self.server_id = b""  # the server key's id (4 bytes)
         for role, name, raw in keys:
             key = PublicKey(name, raw)
             self.roles[role.encode()] = (key.key_id_hex.encode(), key.verifier())
             if role == "server":
                 self.server = key
+                self.server_id = key.key_id
         self.signers = {(role, key_id) for role, (key_id, _) in self.roles.items()}
         found = record_pattern(run_id, BLOB_FIELDS, _PATTERN_TYPES)
         self.match = found[0].fullmatch if found else _no_match
@@ -104,6 +108,21 @@ class _Run:
         index = found[0].groupindex if found else dict.fromkeys([*names, "_sig"], 0)
         self.groups = tuple(index[name] for name in names)
         self.sig = index["_sig"]
+        # Checkpoints as the server writes them: matched whole too, their note read off
+        # the pattern's groups (any other checkpoint is parsed the reference way).
+        pattern = (
+            None
+            if self.server is None
+            else checkpoint_pattern(run_id, self.origin, self.server.name)
+        )
+        self.checkpoint = pattern.fullmatch if pattern is not None else _no_match
+        cp_index = pattern.groupindex if pattern is not None else {}
+        self.checkpoint_groups = tuple(cp_index.get(name, 0) for name in names[:5])
+        self.checkpoint_claims = tuple(
+            cp_index.get(name, 0)
+            for name in ("_size", "_root", "_text", "_text_size", "_text_root", "_note_sig")
+        )
+        self.checkpoint_sig = cp_index.get("_sig", 0)
 
 
 def _no_match(raw: bytes) -> None:
@@ -141,18 +160,28 @@ def check_chunk(job: ChunkJob) -> ChunkSummary | None:
     signed = [raw[: a - 8] + raw[b + 1 :] for raw, (a, b) in zip(records, spans, strict=True)]
     a2b = binascii.a2b_base64
     signatures = [a2b(raw[a:b]) for raw, (a, b) in zip(records, spans, strict=True)]
-    checkpoints: list[tuple[int, Checkpoint]] = []
+    checkpoints: list[tuple[int, Checkpoint]] = []  # parsed the reference way
+    notes: list[tuple[int, tuple[bytes, ...]]] = []  # matched by the checkpoint pattern
     named: list[tuple[int, str, str, str]] = []  # blobs named by the records parsed here
-    if None in matches:  # those records are checked the reference way, one by one
-        for at, match in enumerate(matches):
-            if match is None:
-                parsed = _parsed(run, records[at])
-                if parsed is None:
-                    return None
-                values[at], signed[at], signatures[at], checkpoint, blobs = parsed
-                named.extend((at, values[at][4].decode(), field, d) for field, d in blobs)
-                if checkpoint is not None:
-                    checkpoints.append((at, checkpoint))
+    if None in matches:  # checkpoints, and records checked the reference way, one by one
+        no_blobs = (None,) * len(run.blobs)
+        for at in [at for at, match in enumerate(matches) if match is None]:
+            raw = records[at]
+            written = run.checkpoint(raw)
+            if written is not None:
+                values[at] = written.group(*run.checkpoint_groups) + no_blobs
+                a, b = written.span(run.checkpoint_sig)
+                signed[at] = raw[: a - 8] + raw[b + 1 :]
+                signatures[at] = a2b(raw[a:b])
+                notes.append((at, written.group(*run.checkpoint_claims)))
+                continue
+            parsed = _parsed(run, raw)
+            if parsed is None:
+                return None
+            values[at], signed[at], signatures[at], checkpoint, blobs = parsed
+            named.extend((at, values[at][4].decode(), field, d) for field, d in blobs)
+            if checkpoint is not None:
+                checkpoints.append((at, checkpoint))
     key_ids, prevs, roles, seq_texts, types, *blob_values = zip(*values, strict=True)
     first = int(seq_texts[0])
     count = len(records)
@@ -163,6 +192,7 @@ def check_chunk(job: ChunkJob) -> ChunkSummary | None:
         or not set(zip(roles, key_ids, strict=True)) <= run.signers
         or b"RunOpened" in types
         or any(roles[at] != b"server" for at, _ in checkpoints)
+        or not all(_claims_agree(run, seq_texts[at], claims) for at, claims in notes)
     ):
         return None
     closed: int | None = None
@@ -175,17 +205,23 @@ def check_chunk(job: ChunkJob) -> ChunkSummary | None:
     try:
         for role, message, signature in zip(roles, signed, signatures, strict=True):
             verifiers[role][1].verify(signature, message)
+        if notes:
+            server = verifiers[b"server"][1]
+            for _, (_, _, text, _, _, note_sig) in notes:
+                server.verify(_a2b(note_sig)[4:], text.replace(b"\\n", b"\n"))
     except (InvalidSignature, ValueError):
         return None
     if not all(_note_ok(run, first + at, checkpoint) for at, checkpoint in checkpoints):
         return None
+    claimed = [(at, checkpoint.root) for at, checkpoint in checkpoints]
+    claimed += [(at, claims[1].decode()) for at, claims in notes]
     return ChunkSummary(
         first,
         prevs[0].decode(),
         hashes[-1].decode(),
         types[-1].decode(),
         b"".join([_sha256(b"\x00" + message).digest() for message in signed]),
-        tuple((at, checkpoint.root) for at, checkpoint in checkpoints),
+        tuple(sorted(claimed)),
         closed,
         _named_blobs(run, named, blob_values),
     )
@@ -237,6 +273,19 @@ def _parsed(
     )
     checkpoint = payload if isinstance(payload, Checkpoint) else None
     return values, rec.signed, rec.signature, checkpoint, blobs
+
+
+def _claims_agree(run: _Run, seq: bytes, claims: tuple[bytes, ...]) -> bool:
+    """What _note_ok checks of a checkpoint, but its signature, on the checkpoint
+    pattern's groups: the payload's size is the record's seq and the note's size, the
+    note's root is the payload's, and the note's one signature line has the server
+    key's id."""
+    size, root, _, text_size, text_root, note_sig = claims
+    return (
+        size == seq == text_size
+        and _a2b(text_root) == bytes.fromhex(root.decode())
+        and _a2b(note_sig)[:4] == run.server_id
+    )
 
 
 def _note_ok(run: _Run, seq: int, cp: Checkpoint) -> bool:
