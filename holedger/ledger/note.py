@@ -23,7 +23,6 @@ Specifications implemented here (all at c2sp.org):
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -115,7 +114,7 @@ def parse_note(note: str | bytes) -> Note:
         name, blob = parts
         try:
             raw = base64.b64decode(blob, validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or a non-ASCII character
             raise VerificationError("note signature is not base64") from exc
         if len(raw) < 5:
             raise VerificationError("note signature is too short")
@@ -214,7 +213,7 @@ def parse_vkey(text: str) -> AnyVerifier:
         raise UsageError("verifier key id is not 8 lower-case hex digits")
     try:
         raw = base64.b64decode(blob, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a non-ASCII character
         raise UsageError("verifier key has bad base64") from exc
     if base64.b64encode(raw).decode() != blob:
         raise UsageError("verifier key base64 is not canonical")
@@ -339,7 +338,7 @@ def parse_checkpoint(text: str) -> CheckpointText:
         raise VerificationError("checkpoint size is out of range")
     try:
         root = base64.b64decode(root_b64, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a non-ASCII character
         raise VerificationError("checkpoint root is not base64") from exc
     if len(root) != 32:
         raise VerificationError("checkpoint root is not 32 bytes")
@@ -464,7 +463,7 @@ def parse_tlog_proof(text: str | bytes) -> TlogProof:
     if line.startswith("extra "):
         try:
             extra = base64.b64decode(line[6:], validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or a non-ASCII character
             raise VerificationError("tlog proof extra data is not base64") from exc
         line, sep, rest = rest.partition("\n")
     if not sep or not line.startswith("index "):
@@ -485,7 +484,7 @@ def parse_tlog_proof(text: str | bytes) -> TlogProof:
             raise VerificationError("tlog proof has too many hashes")
         try:
             h = base64.b64decode(line, validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or a non-ASCII character
             raise VerificationError("tlog proof hash is not base64") from exc
         if len(h) != 32:
             raise VerificationError("tlog proof hash length is not 32 bytes")

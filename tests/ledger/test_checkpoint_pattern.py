@@ -233,3 +233,18 @@ def test_a_run_replays_without_parsing_its_checkpoints(
     assert report.verified
     assert "RunClosed" in parsed  # the counting is real
     assert "Checkpoint" not in parsed
+
+
+def test_a_non_ascii_signature_blob_is_refused_not_a_crash() -> None:
+    """A note whose signature line holds a non-ASCII character is a malformed note."""
+    from holedger.replay.engine import verify_records
+
+    note = checkpoint()["note"]
+    text, line = note.rsplit("\u2014 ", 1)
+    bad = text + "\u2014 " + line[:-3] + "\u00e9=\n"
+    with pytest.raises(VerificationError, match="base64"):
+        parse_note(bad)
+    raw = record(checkpoint(note=bad))
+    assert not agree(raw)
+    report = verify_records(RUN, [raw], None, projections=())  # type: ignore[arg-type]
+    assert not report.verified
