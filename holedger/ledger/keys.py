@@ -12,7 +12,6 @@ Private keys live in one file each, mode 0600: the C2SP signer-key text
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import os
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from holedger.errors import ConfigError, NotFoundError, UsageError
 from holedger.ledger.edwards import public_key_problem
+from holedger.schemas.canonical import b64decode_strict
 
 ALG_ED25519 = 0x01
 VKEY_HINT = "expected name+keyid+base64 as printed by 'holedger keys show'"
@@ -101,10 +101,9 @@ class PublicKey:
         if len(parts) != 3:
             raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint=VKEY_HINT)
         name, hex_id, blob = parts
-        try:
-            raw = base64.b64decode(blob, validate=True)
-        except binascii.Error as exc:
-            raise UsageError("verifier key has bad base64", hint=VKEY_HINT) from exc
+        raw = b64decode_strict(blob)
+        if raw is None:
+            raise UsageError("verifier key has bad base64", hint=VKEY_HINT)
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)
         key = cls(check_key_name(name), raw[1:])
@@ -163,10 +162,9 @@ class SigningKey:
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
             raise ConfigError("not a holedger private key file", hint="run 'holedger init'")
         _, _, name, hex_id, blob = parts
-        try:
-            raw = base64.b64decode(blob, validate=True)
-        except binascii.Error as exc:
-            raise ConfigError("private key file has bad base64") from exc
+        raw = b64decode_strict(blob)
+        if raw is None:
+            raise ConfigError("private key file has bad base64")
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise ConfigError("private key file is not an Ed25519 key")
         key = cls.from_seed(name, raw[1:])

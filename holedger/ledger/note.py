@@ -31,6 +31,7 @@ from typing import Protocol
 
 from holedger.errors import UsageError, VerificationError
 from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes
+from holedger.schemas.canonical import b64decode_strict
 
 EM_DASH = "\u2014"
 MAX_NOTE_BYTES = 1 << 20
@@ -112,10 +113,9 @@ def parse_note(note: str | bytes) -> Note:
         if len(parts) != 2 or not _valid_key_name(parts[0]):
             raise VerificationError("malformed note signature line")
         name, blob = parts
-        try:
-            raw = base64.b64decode(blob, validate=True)
-        except ValueError as exc:  # binascii.Error, or a non-ASCII character
-            raise VerificationError("note signature is not base64") from exc
+        raw = b64decode_strict(blob)
+        if raw is None:
+            raise VerificationError("note signature is not base64")
         if len(raw) < 5:
             raise VerificationError("note signature is too short")
         signatures.append(NoteSignature(name, raw[:4], raw[4:]))
@@ -211,10 +211,9 @@ def parse_vkey(text: str) -> AnyVerifier:
         raise UsageError(f"bad key name in verifier key {name!r}")
     if len(hex_id) != 8 or any(c not in "0123456789abcdef" for c in hex_id):
         raise UsageError("verifier key id is not 8 lower-case hex digits")
-    try:
-        raw = base64.b64decode(blob, validate=True)
-    except ValueError as exc:  # binascii.Error, or a non-ASCII character
-        raise UsageError("verifier key has bad base64") from exc
+    raw = b64decode_strict(blob)
+    if raw is None:
+        raise UsageError("verifier key has bad base64")
     if base64.b64encode(raw).decode() != blob:
         raise UsageError("verifier key base64 is not canonical")
     if len(raw) != 33 or raw[0] not in (ALG_ED25519, ALG_COSIGNATURE_V1):
@@ -336,10 +335,9 @@ def parse_checkpoint(text: str) -> CheckpointText:
         raise VerificationError("checkpoint size is not a decimal number")
     if len(size_s) > 20 or int(size_s) >= 1 << 64:
         raise VerificationError("checkpoint size is out of range")
-    try:
-        root = base64.b64decode(root_b64, validate=True)
-    except ValueError as exc:  # binascii.Error, or a non-ASCII character
-        raise VerificationError("checkpoint root is not base64") from exc
+    root = b64decode_strict(root_b64)
+    if root is None:
+        raise VerificationError("checkpoint root is not base64")
     if len(root) != 32:
         raise VerificationError("checkpoint root is not 32 bytes")
     extensions = tuple(lines[3:-1])
@@ -461,10 +459,9 @@ def parse_tlog_proof(text: str | bytes) -> TlogProof:
     extra: bytes | None = None
     line, sep, rest = rest.partition("\n")
     if line.startswith("extra "):
-        try:
-            extra = base64.b64decode(line[6:], validate=True)
-        except ValueError as exc:  # binascii.Error, or a non-ASCII character
-            raise VerificationError("tlog proof extra data is not base64") from exc
+        extra = b64decode_strict(line[6:])
+        if extra is None:
+            raise VerificationError("tlog proof extra data is not base64")
         line, sep, rest = rest.partition("\n")
     if not sep or not line.startswith("index "):
         raise VerificationError("tlog proof has no index line")
@@ -482,10 +479,9 @@ def parse_tlog_proof(text: str | bytes) -> TlogProof:
             break
         if len(hashes) >= 64:
             raise VerificationError("tlog proof has too many hashes")
-        try:
-            h = base64.b64decode(line, validate=True)
-        except ValueError as exc:  # binascii.Error, or a non-ASCII character
-            raise VerificationError("tlog proof hash is not base64") from exc
+        h = b64decode_strict(line)
+        if h is None:
+            raise VerificationError("tlog proof hash is not base64")
         if len(h) != 32:
             raise VerificationError("tlog proof hash length is not 32 bytes")
         hashes.append(h)

@@ -26,6 +26,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 from holedger.errors import CanonicalError, SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey, SigningKey
 from holedger.schemas.canonical import (
+    b64decode_strict,
     canonical_json,
     has_long_digits,
     parse_canonical,
@@ -258,10 +259,9 @@ def _parse_strict(raw: bytes) -> Record:
         missing = sorted(ENVELOPE_FIELDS - set(obj))
         extra = sorted(set(obj) - ENVELOPE_FIELDS)
         raise VerificationError(f"record envelope fields wrong (missing {missing}, extra {extra})")
-    try:
-        signature = base64.b64decode(sig_b64, validate=True)
-    except binascii.Error as exc:
-        raise VerificationError("signature is not base64") from exc
+    signature = b64decode_strict(sig_b64)
+    if signature is None:
+        raise VerificationError("signature is not base64")
     if len(signature) != 64:
         raise VerificationError("signature is not 64 bytes")
     problem = envelope_problem(obj)
@@ -484,6 +484,7 @@ _TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 # Key names a checkpoint pattern spells literally: none that JSON would escape.
 _PLAIN_KEY_NAME = re.compile(r"[A-Za-z0-9._:/@=-]{1,128}")
+_PLAIN_ORIGIN = re.compile(r"[A-Za-z0-9._:/@-]{1,256}")
 # Standard base64 of 32 and of 68 bytes, in the one encoding with zero padding bits.
 _B64_32 = rb"[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]="
 _B64_68 = rb"[A-Za-z0-9+/]{90}[AEIMQUYcgkosw048]="
@@ -497,7 +498,7 @@ def checkpoint_pattern(run_id: str, origin: str, key_name: str) -> re.Pattern[by
 
     Whatever it matches, ``parse_record`` accepts too, with a Checkpoint payload and the
     same envelope values, and the note parses (c2sp signed-note, tlog-checkpoint) to the
-    text and the one signature line the groups read (tests/ledger/test_record_pattern.py).
+    text and the one signature line the groups read (tests/ledger/test_checkpoint_pattern.py).
     It checks nothing the groups must agree on: that is the caller's. Named groups:
     ``_key_id``, ``_prev_hash``, ``_role``, ``_seq``, ``_sig`` and ``_type`` (the
     envelope's, as in ``record_pattern``); ``_size`` and ``_root`` (the payload's);
@@ -507,7 +508,7 @@ def checkpoint_pattern(run_id: str, origin: str, key_name: str) -> re.Pattern[by
     """
     if not _RUN_ID.fullmatch(run_id) or not _PLAIN_KEY_NAME.fullmatch(key_name):
         return None
-    if not re.fullmatch(r"[A-Za-z0-9._:/@-]{1,256}", origin):
+    if not _PLAIN_ORIGIN.fullmatch(origin):
         return None
     number = rb"0|[1-9][0-9]{0,14}"
     newline = rb"\\n"  # a newline inside a JSON string

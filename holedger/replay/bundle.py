@@ -48,6 +48,7 @@ from holedger.ledger.note import (
 )
 from holedger.ledger.records import Record, parse_record
 from holedger.replay.report import ReplayReport
+from holedger.schemas.canonical import b64decode_strict
 
 if TYPE_CHECKING:
     from holedger.replay.engine import ProjectionFactory
@@ -611,13 +612,7 @@ class BundleChecks:
 
 
 def _declared_key(info: Any) -> PublicKey:
-    import base64
-    import binascii
-
-    try:
-        return PublicKey(str(info.name), base64.b64decode(str(info.public_key), validate=True))
-    except binascii.Error:
-        return PublicKey(str(info.name), b"")
+    return PublicKey(str(info.name), b64decode_strict(str(info.public_key)) or b"")
 
 
 # --------------------------------------------------------------------- exporting

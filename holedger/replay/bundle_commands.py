@@ -9,7 +9,6 @@ checkpoints and tlog-cosignature witnesses), ``attest`` / ``verify-attestation``
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import sys
 import time
@@ -37,6 +36,7 @@ from holedger.ledger.note import (
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
 from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, progress_bar, settings
+from holedger.schemas.canonical import b64decode_strict
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
 MAX_INPUT_FILE = 8 << 20
@@ -251,10 +251,10 @@ def parse_consistency_text(text: str) -> tuple[int, list[bytes], str]:
         raise VerificationError("consistency proof has too many hashes")
     proof: list[bytes] = []
     for line in lines[2:]:
-        try:
-            proof.append(base64.b64decode(line, validate=True))
-        except binascii.Error as exc:
-            raise VerificationError("consistency proof hash is not base64") from exc
+        hash_ = b64decode_strict(line)
+        if hash_ is None:
+            raise VerificationError("consistency proof hash is not base64")
+        proof.append(hash_)
     return int(lines[1][4:]), proof, note
 
 

@@ -33,6 +33,7 @@ from holedger.ledger.records import Record, parse_record
 from holedger.ledger.store import Ledger
 from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary
 from holedger.replay.report import ReplayReport, ReportBuilder
+from holedger.schemas.canonical import b64decode_strict
 from holedger.schemas.events import Checkpoint, Model, RunOpened
 from holedger.schemas.types import ZERO_HASH
 
@@ -424,13 +425,7 @@ class _Verifier:
 
 
 def _b64(text: str) -> bytes:
-    import base64
-    import binascii
-
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error:
-        return b""
+    return b64decode_strict(text) or b""
 
 
 def verify_records(

@@ -19,6 +19,7 @@ serialise with sorted keys and no whitespace.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
@@ -242,3 +243,13 @@ def str_to_rational(text: str) -> Fraction:
             f"rational {text!r} is not in canonical form (expected {rational_to_str(value)!r})"
         )
     return value
+
+
+def b64decode_strict(text: str | bytes) -> bytes | None:
+    """Standard base64 decoded, or None when ``text`` is not base64: a character outside
+    the alphabet (a non-ASCII one included, which the standard library refuses with a
+    ValueError of its own rather than binascii.Error) or bad padding."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error is one
+        return None

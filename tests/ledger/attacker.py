@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import random
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +126,22 @@ def flip(raw: bytes, position: int) -> bytes:
     """``raw`` with one bit of the byte at ``position`` flipped."""
     out = bytearray(raw)
     out[position] ^= 0x01
+    return bytes(out)
+
+
+def mutate(rng: random.Random, raw: bytes, alphabet: bytes) -> bytes:
+    """``raw`` with one to three random edits: a byte of ``alphabet`` put in place of
+    one, a byte of ``alphabet`` inserted, or a byte deleted."""
+    out = bytearray(raw)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(out))
+        op = rng.random()
+        if op < 0.4:
+            out[at] = rng.choice(alphabet)
+        elif op < 0.7:
+            out.insert(at, rng.choice(alphabet))
+        else:
+            del out[at]
     return bytes(out)
 
 

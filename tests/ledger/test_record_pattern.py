@@ -28,6 +28,7 @@ from holedger.replay.chunks import BLOB_FIELDS
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import EVENT_TYPES
 from holedger.schemas.recognize import payload_pattern
+from ledger.attacker import mutate
 
 KEY = SigningKey.from_seed("record-pattern-test", bytes(range(32)))
 RUN = "5cc5c15a-c7bd-4381-be43-6f071cd22836"
@@ -318,15 +319,5 @@ def test_random_mutations_never_widen_acceptance(seed: int) -> None:
     for _ in range(1500):
         base = rng.choice(bases)
         assert base is not None
-        raw = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            at = rng.randrange(len(raw))
-            op = rng.random()
-            if op < 0.4:
-                raw[at] = rng.choice(alphabet)
-            elif op < 0.7:
-                raw.insert(at, rng.choice(alphabet))
-            else:
-                del raw[at]
-        accepted += agree(bytes(raw))
+        accepted += agree(mutate(rng, base, alphabet))
     assert accepted < 1500  # most mutations break the record; agree() checked the rest
