@@ -2,15 +2,18 @@
 
 For each level, processes are started: the offline simulator as the upstream
 (``holedger sim serve``), the holedger gateway in front of it (its own process, SQLite
-ledger in a temp dir), and, when the ``litellm`` command is available (on PATH or at
-$LITELLM_BIN), LiteLLM's proxy in front of the same upstream. One client (a keep-alive
-HTTP/1.1 client, the same for every path) sends the same chat completions to each path, in
-interleaved rounds, and prints per path: p50/p99 latency, requests per second, errors (the
-simulator answers about 3% of calls with a transient error, on every path alike), the
-latency the proxy adds over the direct call (difference of the p50s and of the p99s), and
-the CPU time spent per request by the proxy process (and, for the gateway, by its event
-writer thread alone: building, signing and storing the GatewayCall events), by the
-upstream and by the client, with how busy the whole machine was.
+ledger in a temp dir), the floor (a bare pass-through proxy on the gateway's own server
+stack: uvicorn, raw ASGI, the same upstream client; it checks and records nothing), and,
+when the ``litellm`` command is available (on PATH or at $LITELLM_BIN), LiteLLM's proxy
+in front of the same upstream. One client (a keep-alive HTTP/1.1 client, the same for
+every path) sends the same chat completions to each path, in interleaved rounds, and
+prints per path: p50/p99 latency, requests per second, errors (the simulator answers
+about 3% of calls with a transient error, on every path alike), the latency the proxy
+adds over the direct call (difference of the p50s and of the p99s), and the CPU time
+spent per request by the proxy process (and, for the gateway, by its event writer thread
+alone: building, signing and storing the GatewayCall events), by the upstream and by the
+client, with how busy the whole machine was. What the floor adds is what any gateway on
+this stack adds on this machine; the gateway's own work is what it adds beyond that.
 
     python benchmarks/gateway_bench.py [--requests 1500] [--levels 1,32@200,32] [--stream]
 
@@ -89,7 +92,11 @@ def process(args: list[str], log: Path, **kw: object) -> Iterator[subprocess.Pop
 
 def serve_gateway_process(ledger_url: str, upstream: str, port: int, info: str = "") -> None:
     """The gateway process: the ledger and its run exist already (made by the parent).
-    ``info``, when given, is a file that receives the writer thread's id."""
+    ``info``, when given, is a file that receives the writer thread's id and the URL that
+    drains the writer (a small control server beside it, for the benchmark only)."""
+    import http.server
+    import threading
+
     from holedger.gateway.app import create_gateway_app
     from holedger.gateway.config import GatewayConfig, UpstreamConfig
     from holedger.gateway.serve import AppServer
@@ -99,8 +106,67 @@ def serve_gateway_process(ledger_url: str, upstream: str, port: int, info: str =
     ledger = Ledger.open(ledger_url, SigningKey.generate("holedger-bench"))
     config = GatewayConfig(upstream=UpstreamConfig(base_url=upstream))
     app = create_gateway_app(ledger, None, config)
+
+    class Drain(http.server.BaseHTTPRequestHandler):
+        """POST: wait until the event writer has written every event so far."""
+
+        def do_POST(self) -> None:
+            backlog = app.writer.backlog
+            done = app.flush(120.0)
+            body = json.dumps({"backlog": backlog, "flushed": done}).encode()
+            self.send_response(200 if done else 504)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    control = http.server.HTTPServer(("127.0.0.1", 0), Drain)
+    threading.Thread(target=control.serve_forever, daemon=True).start()
     if info:
-        Path(info).write_text(json.dumps({"writer_tid": app.writer.thread_id}))
+        drain = f"http://127.0.0.1:{control.server_address[1]}/drain"
+        Path(info).write_text(json.dumps({"writer_tid": app.writer.thread_id, "drain": drain}))
+    AppServer(app, port=port).run()
+
+
+def serve_floor_process(upstream: str, port: int) -> None:
+    """The floor: a bare pass-through proxy on the gateway's own server stack (uvicorn,
+    raw ASGI, the same upstream client), with no token, allow-list, budget or event. What
+    it adds over the direct path is what any gateway built on this stack adds on this
+    machine; the gateway's own work is the difference between the two."""
+    import gc
+
+    from holedger.gateway.serve import AppServer
+    from holedger.gateway.upstream import HttpUpstream
+    from holedger.gateway.wire import JSON_TYPE, Receive, Scope, Send, send_bytes
+
+    http = HttpUpstream(upstream, [("content-type", "application/json")], timeout_s=60)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["method"] == "GET":  # readiness
+            await send_bytes(send, 200, b'{"object":"list","data":[]}', [JSON_TYPE])
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        resp = await http.post(b"".join(chunks))
+        try:
+            data = await resp.aread()
+        finally:
+            await resp.aclose()
+        ctype = resp.headers.get("content-type", "application/json").encode()
+        await send_bytes(send, resp.status_code, data, [(b"content-type", ctype)])
+
+    gc.freeze()  # as the gateway does once it starts
     AppServer(app, port=port).run()
 
 
@@ -203,6 +269,7 @@ class Meters:
     proxy: int | None = None
     writer: int | None = None
     upstream: int | None = None
+    drain: str | None = None  # the gateway's: waits until its events are written
 
     def read(self) -> tuple[float, float, float, float, tuple[int, int]]:
         return (
@@ -229,6 +296,8 @@ class Sample:
     client_cpu: float = 0.0
     busy: int = 0
     ticks: int = 0
+    drain_s: float = 0.0
+    backlog: int = 0
 
     def add(self, other: Sample) -> None:
         self.latencies += other.latencies
@@ -242,8 +311,10 @@ class Sample:
             "client_cpu",
             "busy",
             "ticks",
+            "drain_s",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.backlog = max(self.backlog, other.backlog)
 
 
 class Client:
@@ -334,10 +405,22 @@ async def bench(
             meter = meters[name]
             before = meter.read()
             s = await load(client, per_round, clients, stream, latency_s)
+            if meter.drain:
+                # The round ends when its events are written: the writer's work counts
+                # in this round's time and CPU, not in the next path's round.
+                t0, c0 = time.perf_counter(), time.process_time()
+                answer = await asyncio.to_thread(httpx.post, meter.drain, timeout=180)
+                s.drain_s = time.perf_counter() - t0
+                s.elapsed += s.drain_s
+                s.backlog = int(answer.json()["backlog"])
+                drain_cpu = time.process_time() - c0  # this client's, for the drain call
+            else:
+                drain_cpu = 0.0
             after = meter.read()
             s.proxy_cpu, s.writer_cpu, s.upstream_cpu, s.client_cpu = (
-                after[i] - before[i] for i in range(4)
+                a - b for a, b in zip(after[:4], before[:4], strict=True)
             )
+            s.client_cpu -= drain_cpu
             s.busy, s.ticks = after[4][0] - before[4][0], after[4][1] - before[4][1]
             merged[name].add(s)
     for client in conns.values():
@@ -348,7 +431,7 @@ async def bench(
 # ---------------------------------------------------------------------------- report
 
 
-def report(level: str, samples: dict[str, Sample], stream: bool) -> None:
+def report(level: str, samples: dict[str, Sample], stream: bool, rounds: int) -> None:
     clients, latency = parse_level(level)
     direct = samples["direct"]
     d50, d99 = pct(direct.latencies, 0.5), pct(direct.latencies, 0.99)
@@ -380,6 +463,19 @@ def report(level: str, samples: dict[str, Sample], stream: bool) -> None:
         g50, g99 = added["gateway"]
         l50, l99 = added["litellm"]
         print(f"  added latency, gateway / litellm: p50 {_ratio(g50, l50)}, p99 {_ratio(g99, l99)}")
+    gateway = samples.get("gateway")
+    if gateway is not None and gateway.drain_s:
+        print(
+            f"  gateway events waiting when a round ended: at most {gateway.backlog}; written "
+            f"{1000 * gateway.drain_s / rounds:.0f} ms later on average (counted in req/s)"
+        )
+    if "gateway" in added and "floor" in added:
+        g50, g99 = added["gateway"]
+        f50, f99 = added["floor"]
+        print(
+            f"  the floor adds p50 {f50:.2f} ms, p99 {f99:.2f} ms; the gateway's own work "
+            f"beyond it: p50 {g50 - f50:.2f} ms, p99 {g99 - f99:.2f} ms"
+        )
     if "gateway" in added:
         g50, g99 = added["gateway"]
         verdict = "within" if g50 <= 2 and g99 <= 10 else "over"
@@ -409,7 +505,7 @@ def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Samp
     tag = level.replace("@", "_")
     ledger_url = f"sqlite:///{tmp / f'ledger-{tag}.db'}"
     token = prepare_ledger(ledger_url)
-    up_port, gw_port, ll_port = free_port(), free_port(), free_port()
+    up_port, gw_port, ll_port, fl_port = free_port(), free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     sim = [sys.executable, "-m", "holedger.cli", "sim", "serve", "--port", str(up_port)]
     sim += ["--latency", str(latency_ms / 1000)]
@@ -421,15 +517,22 @@ def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Samp
         wait_ready(f"{upstream}/models", up)
         gp = stack.enter_context(process(gw, tmp / f"gateway-{tag}.log"))
         wait_ready(f"http://127.0.0.1:{gw_port}/v1/models", gp)
-        writer = json.loads(info.read_text())["writer_tid"]
+        gateway_info = json.loads(info.read_text())
+        writer, drain = gateway_info["writer_tid"], gateway_info["drain"]
         targets = {
             "direct": (f"{upstream}/chat/completions", "unused"),
             "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions", token),
         }
         meters = {
             "direct": Meters(upstream=up.pid),
-            "gateway": Meters(proxy=gp.pid, writer=writer, upstream=up.pid),
+            "gateway": Meters(proxy=gp.pid, writer=writer, upstream=up.pid, drain=drain),
         }
+        if not args.no_floor:
+            fl = [sys.executable, __file__, "--serve-floor", upstream, str(fl_port)]
+            fp = stack.enter_context(process(fl, tmp / f"floor-{tag}.log"))
+            wait_ready(f"http://127.0.0.1:{fl_port}/v1/models", fp)
+            targets["floor"] = (f"http://127.0.0.1:{fl_port}/v1/chat/completions", "unused")
+            meters["floor"] = Meters(proxy=fp.pid, upstream=up.pid)
         command = None if args.no_litellm else litellm_command()
         if command is not None:
             cfg = tmp / "litellm.yaml"
@@ -464,12 +567,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per level")
     parser.add_argument("--stream", action="store_true", help="streamed (SSE) completions")
     parser.add_argument("--no-litellm", action="store_true", help="measure no LiteLLM proxy")
+    parser.add_argument(
+        "--no-floor", action="store_true", help="measure no bare pass-through proxy (the floor)"
+    )
     parser.add_argument("--serve-gateway", nargs=3, metavar=("LEDGER", "UPSTREAM", "PORT"))
+    parser.add_argument("--serve-floor", nargs=2, metavar=("UPSTREAM", "PORT"))
     parser.add_argument("--gateway-info", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
         ledger_url, upstream, port = args.serve_gateway
         serve_gateway_process(ledger_url, upstream, int(port), args.gateway_info)
+        return
+    if args.serve_floor:
+        serve_floor_process(args.serve_floor[0], int(args.serve_floor[1]))
         return
     if args.no_litellm:
         print("litellm: not measured (--no-litellm)")
@@ -478,12 +588,13 @@ def main() -> None:
     print(
         "Columns: +p50/+p99 = path's p50/p99 minus the direct path's; proxy = CPU of the "
         "proxy process, writer = of the gateway's event writer thread (included in proxy), "
-        "upstrm = of the simulator, client = of this load generator; busy = whole machine."
+        "upstrm = of the simulator, client = of this load generator; busy = whole machine. "
+        "floor = a bare pass-through proxy on the gateway's server stack (no checks, no events)."
     )
     tmp = Path(tempfile.mkdtemp(prefix="holedger-bench-"))
     try:
         for level in args.levels.split(","):
-            report(level, run_level(args, level, tmp), args.stream)
+            report(level, run_level(args, level, tmp), args.stream, args.rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()[0]

@@ -195,7 +195,9 @@ class Gateway:
         self.ledger = ledger
         self.tokens = tokens
         self.config = config or GatewayConfig()
-        self.writer = EventWriter(ledger, linger_s=self.config.event_linger_s)
+        self.writer = EventWriter(
+            ledger, linger_s=self.config.event_linger_s, max_backlog=self.config.event_backlog
+        )
         self._runs: dict[str, _RunState] = {}
         self._runs_lock = threading.Lock()
         self._tallies: dict[tuple[str, str], _Tally] = {}
@@ -258,6 +260,15 @@ class Gateway:
             return
         path, method = scope["path"], scope["method"]
         call = _Call(self._ids.next(), time.perf_counter(), path)
+        if self.writer.backlog >= self.writer.max_backlog:
+            # The event writer is behind: hold new calls until it has caught up, so the
+            # events waiting in memory (lost if the process dies) stay bounded.
+            if not await asyncio.to_thread(self.writer.wait_room):
+                body = error_body(
+                    "the gateway's event writer is behind", "server_error", "ledger_behind"
+                )
+                await send_bytes(send, 503, body, [JSON_TYPE])
+                return
         if self.writer.failure is not None:
             # Fail closed: a call that cannot be recorded is not forwarded.
             body = error_body(

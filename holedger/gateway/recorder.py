@@ -4,6 +4,9 @@ Calls are answered without waiting for the database; the writer keeps the order 
 events were submitted (per run), groups what is waiting into one atomic batch per run, and
 retries on a conflict with another writer of the same run. If writing fails, the gateway
 stops forwarding (it fails closed) until the writer recovers.
+
+At most ``max_backlog`` submissions wait unwritten (in memory, lost if the process dies):
+beyond that the gateway holds new calls until the writer has caught up.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from functools import partial
 from pydantic import BaseModel
 
 from holedger.errors import LedgerConflictError
+from holedger.gateway.config import DEFAULT_EVENT_BACKLOG
 from holedger.ledger.store import Ledger
 from holedger.schemas.types import Role
 
@@ -52,9 +56,16 @@ class EventWriter:
     part; batching keeps it off the gateway's latency). ``flush`` cuts the linger short.
     """
 
-    def __init__(self, ledger: Ledger, *, linger_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        linger_s: float = 0.05,
+        max_backlog: int = DEFAULT_EVENT_BACKLOG,
+    ) -> None:
         self.ledger = ledger
         self.linger_s = linger_s
+        self.max_backlog = max_backlog
         self._queue: queue.Queue[Submission | str] = queue.Queue()
         self._cond = threading.Condition()
         self._submitted = 0
@@ -74,6 +85,20 @@ class EventWriter:
         with self._cond:
             self._submitted += 1
         self._queue.put(item)
+
+    @property
+    def backlog(self) -> int:
+        """Submissions not yet written."""
+        return self._submitted - self._done
+
+    def wait_room(self, timeout: float = 30.0) -> bool:
+        """Wait until fewer than ``max_backlog`` submissions wait, or writing has failed
+        (the caller then fails closed); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._submitted - self._done < self.max_backlog or self.failure is not None,
+                timeout=timeout,
+            )
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until everything submitted so far is written; False on timeout."""
@@ -176,7 +201,9 @@ class EventWriter:
             except Exception as exc:  # keep the thread alive; the gateway fails closed
                 if self.failure is None:
                     log.error("gateway event write failed: %s: %s", type(exc).__name__, exc)
-                self.failure = f"{type(exc).__name__}: {exc}"
+                with self._cond:
+                    self.failure = f"{type(exc).__name__}: {exc}"
+                    self._cond.notify_all()  # calls waiting for room now fail closed
                 time.sleep(min(1.0, 0.05 * (attempt + 1)))
             attempt += 1
         log.error("gateway event writer stopped with events unwritten: %s", self.failure)
