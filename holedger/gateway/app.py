@@ -86,6 +86,8 @@ MODELS_PATH = "/v1/models"
 # (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
 MODEL_SWITCH_FIELDS = ("models", "fallbacks")
 ZERO = TokenUsage()
+HOLD_TIMEOUT_S = 30.0  # how long a call is held while the event writer is behind
+HOLD_POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,7 @@ class Gateway:
         if self.writer.backlog >= self.writer.max_backlog:
             # The event writer is behind: hold new calls until it has caught up, so the
             # events waiting in memory (lost if the process dies) stay bounded.
-            if not await asyncio.to_thread(self.writer.wait_room):
+            if not await self._room_for_events():
                 body = error_body(
                     "the gateway's event writer is behind", "server_error", "ledger_behind"
                 )
@@ -288,6 +290,16 @@ class Gateway:
         finally:
             if call.tracked:
                 self._track(call, -1)
+
+    async def _room_for_events(self) -> bool:
+        """Wait (without a thread) until the writer's backlog is below its bound, or it
+        has failed (the call then fails closed); False after HOLD_TIMEOUT_S."""
+        deadline = time.monotonic() + HOLD_TIMEOUT_S
+        while self.writer.backlog >= self.writer.max_backlog and self.writer.failure is None:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(HOLD_POLL_S)
+        return True
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -91,15 +91,6 @@ class EventWriter:
         """Submissions not yet written."""
         return self._submitted - self._done
 
-    def wait_room(self, timeout: float = 30.0) -> bool:
-        """Wait until fewer than ``max_backlog`` submissions wait, or writing has failed
-        (the caller then fails closed); False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: self._submitted - self._done < self.max_backlog or self.failure is not None,
-                timeout=timeout,
-            )
-
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until everything submitted so far is written; False on timeout."""
         with self._cond:
@@ -201,9 +192,7 @@ class EventWriter:
             except Exception as exc:  # keep the thread alive; the gateway fails closed
                 if self.failure is None:
                     log.error("gateway event write failed: %s: %s", type(exc).__name__, exc)
-                with self._cond:
-                    self.failure = f"{type(exc).__name__}: {exc}"
-                    self._cond.notify_all()  # calls waiting for room now fail closed
+                self.failure = f"{type(exc).__name__}: {exc}"
                 time.sleep(min(1.0, 0.05 * (attempt + 1)))
             attempt += 1
         log.error("gateway event writer stopped with events unwritten: %s", self.failure)

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from holedger.errors import ConfigError
+from holedger.gateway import app as app_module
 from holedger.gateway.config import GatewayConfig
 from holedger.gateway.wire import Receive, Scope, Send
 
@@ -102,6 +103,27 @@ def test_a_held_call_fails_closed_when_the_writer_fails(tmp_path: Path) -> None:
         sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
         assert env.gateway.flush()
         assert len(env.ok_calls()) == 2  # the held call was refused, not forwarded
+    finally:
+        close_env(env)
+
+
+def test_a_call_held_too_long_is_answered_503_and_may_be_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "HOLD_TIMEOUT_S", 0.2)
+    config = GatewayConfig(event_linger_s=5.0, event_backlog=1)  # the writer is slow
+    env = open_env(f"sqlite:///{tmp_path / 'l.db'}", make_terms(), config)
+    try:
+        sdk = openai.OpenAI(base_url=env.base_url, api_key=env.trial_token(), max_retries=0)
+        sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
+        with pytest.raises(openai.APIStatusError) as info:
+            sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
+        assert info.value.status_code == 503
+        assert info.value.response.json()["error"]["code"] == "ledger_behind"
+        assert "x-should-retry" not in info.value.response.headers  # the SDK may retry
+        assert env.gateway.flush()
+        sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
+        assert len(env.ok_calls()) == 2  # the held call was not forwarded
     finally:
         close_env(env)
 
