@@ -39,7 +39,7 @@ class HoledgerGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx else "holedger"
-            message = exc.format_message().replace("\n", " ")
+            message = " ".join(exc.format_message().split())  # one line, no tabs
             click.echo(f"holedger: error: {message} (hint: see '{where} --help')", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:

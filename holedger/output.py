@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from holedger.config import Settings
 
@@ -41,6 +43,12 @@ class _Console(Console):
         pipe_closed()
 
 
+def plain(value: object) -> str:
+    """``value`` as text to put inside console markup: its brackets are shown as they are
+    (a reason such as "[judged on seq 0 to 14 only ...]" is data, not a style tag)."""
+    return escape(str(value))
+
+
 def console(stderr: bool = False, **options: Any) -> Console:
     options.setdefault("soft_wrap", False)
     return _Console(stderr=stderr, highlight=False, **options)
@@ -56,7 +64,8 @@ def table(
     """A table; the columns named in ``whole`` (ids a user copies) are never shortened or
     wrapped, however narrow the output: the other columns give way. In the columns named
     in ``fold`` (prose that may hold a key or a digest) a word too long for the column
-    goes on over the next lines instead of being cut short."""
+    goes on over the next lines instead of being cut short. Cells are plain text: a
+    bracket in them is shown, never read as markup."""
     tbl = Table(title=title, show_lines=False)
     cells = [[str(cell) for cell in row] for row in rows]
     for index, col in enumerate(columns):
@@ -66,7 +75,7 @@ def table(
         else:
             tbl.add_column(col, overflow="fold" if col in fold else "ellipsis")
     for row in cells:
-        tbl.add_row(*row)
+        tbl.add_row(*(Text(cell) for cell in row))
     return tbl
 
 

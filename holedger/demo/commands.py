@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from holedger.output import console, emit_json, progress_bar, settings
+from holedger.output import console, emit_json, plain, progress_bar, settings
 
 
 @click.command("report")
@@ -39,7 +39,7 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
         )
     else:
         state = "[green]verified[/]" if result.verified else "[bold red]FAILED verification[/]"
-        console().print(f"run {result.run_id}: {state}; report written to {result.path}")
+        console().print(f"run {result.run_id}: {state}; report written to {plain(result.path)}")
     sys.exit(0 if result.verified else 1)
 
 

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from holedger.config import Settings
 from holedger.errors import SandboxError
 from holedger.ledger.store import Ledger
-from holedger.output import console
+from holedger.output import console, plain
 from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport
 from holedger.sandboxes import get_backend
@@ -121,7 +121,7 @@ def choose_backend(name: str | None, say: Callable[[str], None]) -> Backend:
         try:
             backend = get_backend(None)
         except SandboxError as exc:
-            say(f"[bold red]WARNING[/]: {exc.message}")
+            say(f"[bold red]WARNING[/]: {plain(exc.message)}")
             backend = get_backend("process")
     if backend.name == "process":
         say(
@@ -258,7 +258,7 @@ def run_demo(
     chosen = choose_backend(backend, say)
     if not cfg.key_path.exists():
         Ledger.init_home(cfg)
-        say(f"created the home {cfg.home}")
+        say(f"created the home {plain(cfg.home)}")
     ledger = Ledger.from_settings(cfg)
     reader = Ledger.open(cfg.ledger_url, None, create_tables=False)
     private = Path(tempfile.mkdtemp(prefix="holedger-demo-"))
@@ -448,7 +448,7 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
         return "-" if v is None else f"{float(v):.3f}"
 
     for failure in s.failures:
-        line(f"[bold red]problem:[/] {failure}")
+        line(f"[bold red]problem:[/] {plain(failure)}")
     band = "above" if s.above_band else "[bold red]NOT above[/]"
     line(f"held-out score E(H+)   {num(s.test_score)}  (nominated candidate, test split)")
     line(f"seed baseline  E(H0)   {num(s.seed_score)}  (pinned for this task)")
@@ -465,7 +465,7 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
     line(f"replay verdict         {verdict}")
     line(f"sandbox                {s.backend} ({s.isolation})")
     line(f"run id                 {s.run_id}")
-    line(f"replay it              {s.replay_command}")
-    line(f"HTML report            {s.report}")
-    line(f"optimizer log          {s.optimizer_log}")
+    line(f"replay it              {plain(s.replay_command)}")
+    line(f"HTML report            {plain(s.report)}")
+    line(f"optimizer log          {plain(s.optimizer_log)}")
     line(f"took                   {s.seconds:.0f} s")

@@ -15,7 +15,7 @@ from typing import Any
 
 from holedger.ledger.records import Record
 from holedger.replay.engine import ReplayContext
-from holedger.replay.report import ReportBuilder
+from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
@@ -148,7 +148,7 @@ class BudgetProjection:
             out.check(
                 CHECK,
                 True,
-                f"{self.requests} requests re-decided ({self.accepted} accepted, "
+                f"{counted(self.requests, 'request')} re-decided ({self.accepted} accepted, "
                 f"{self.rejected} rejected): every cost, budget_before and decision agrees",
             )
         out.section("budget_table", self.table())

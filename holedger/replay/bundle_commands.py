@@ -35,7 +35,7 @@ from holedger.ledger.note import (
 )
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
 from holedger.ledger.records import parse_record
-from holedger.output import console, emit_json, progress_bar, settings
+from holedger.output import console, emit_json, plain, progress_bar, settings
 from holedger.schemas.canonical import b64decode_strict
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
@@ -365,9 +365,9 @@ def verify_proof_cmd(
     if as_json:
         emit_json(result)
     elif result["verified"]:
-        console().print(f"[bold green]VERIFIED[/] {result['summary']}")
+        console().print(f"[bold green]VERIFIED[/] {plain(result['summary'])}")
     else:
-        console().print(f"[bold red]FAILED[/] {result['reason']}")
+        console().print(f"[bold red]FAILED[/] {plain(result['reason'])}")
     sys.exit(0 if result["verified"] else 1)
 
 
@@ -670,11 +670,11 @@ def verify_attestation_cmd(
     elif result["verified"]:
         pred = result["statement"]["predicate"]
         console().print(
-            f"[bold green]VERIFIED[/] run {pred.get('run_id')}: verdict {pred.get('verdict')}, "
-            f"g {pred.get('g')}"
+            f"[bold green]VERIFIED[/] run {plain(pred.get('run_id'))}: verdict "
+            f"{plain(pred.get('verdict'))}, g {plain(pred.get('g'))}"
         )
     else:
-        console().print(f"[bold red]FAILED[/] {result['reason']}")
+        console().print(f"[bold red]FAILED[/] {plain(result['reason'])}")
     sys.exit(0 if result["verified"] else 1)
 
 

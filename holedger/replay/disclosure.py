@@ -17,7 +17,7 @@ from typing import Any
 from holedger.errors import CanonicalError, PolicyError
 from holedger.ledger.records import Record
 from holedger.replay.engine import ReplayContext
-from holedger.replay.report import ReportBuilder
+from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.canonical import canonical_json, parse_json
 from holedger.schemas.events import (
     DisclosureProjected,
@@ -182,7 +182,8 @@ class DisclosureProjection:
             out.check(
                 CHECK,
                 True,
-                f"{self.checked} projections obey the policy and equal what their trials imply",
+                f"{counted(self.checked, 'projection')} checked: each obeys the policy and equals "
+                "what its trials imply",
             )
 
 

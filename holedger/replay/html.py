@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from holedger.ledger.store import Ledger
-from holedger.replay.report import ReplayReport
+from holedger.replay.report import ReplayReport, counted
 
 SECTION_IDS = (
     "verdict",
@@ -740,8 +740,8 @@ def leakage_section(report: ReplayReport) -> str:
     shown = leakage.get("shown")
     if isinstance(shown, list):
         parts.append(
-            f"<details><summary>{len(shown)} projections shown to the optimizer, by digest"
-            f"</summary>{_records_table(shown)}</details>"
+            f"<details><summary>{counted(len(shown), 'projection')} shown to the optimizer, by "
+            f"digest</summary>{_records_table(shown)}</details>"
         )
     rules = leakage.get("rules")
     if isinstance(rules, dict):

@@ -52,7 +52,7 @@ from typing import Any
 
 from holedger.ledger.records import Record
 from holedger.replay.engine import ReplayContext
-from holedger.replay.report import ReportBuilder
+from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
@@ -314,8 +314,8 @@ class LeakageProjection:
             out.check(
                 LEAKAGE,
                 True,
-                f"{len(self.shown)} projections shown, none holds a test case id, input or answer "
-                f"({len(matcher.ids)} test cases checked)",
+                f"{counted(len(self.shown), 'projection')} shown, none holds a test case id, input "
+                f"or answer ({counted(len(matcher.ids), 'test case')} checked)",
             )
         return {"status": "done", "projections": len(self.shown), "findings": findings}
 

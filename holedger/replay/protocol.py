@@ -218,7 +218,7 @@ class ProtocolProjection:
         failed = {check for *_, check in self.failures}
         if NOMINATION not in failed:
             if self.nominations == 0:
-                out.check(NOMINATION, True, "no nomination: the run closed unscored")
+                out.check(NOMINATION, True, "no nomination in the log: the run is unscored")
             else:
                 out.check(NOMINATION, True, f"one nomination ({(self.nominated or '')[:12]})")
         if TRIALS not in failed:

@@ -10,6 +10,11 @@ from pydantic import BaseModel, ConfigDict
 MAX_FAILURES = 50
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the number it needs: "1 projection", "2 projections"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 class CheckResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 

@@ -211,6 +211,7 @@ def test_a_reader_that_closes_the_pipe_is_no_failure(
         (["--bogus"], "No such option '--bogus'."),
         (["nosuchcommand"], "No such command 'nosuchcommand'."),
         (["replay", "--workers", "zero", "x"], "Invalid value for '--workers'"),
+        (["eval", "0000", "seed"], "Missing option '--split'. Choose from: dev, val, test "),
     ],
 )
 def test_usage_errors_are_one_line_with_a_hint(tmp_path: Path, args: list[str], says: str) -> None:
@@ -218,6 +219,7 @@ def test_usage_errors_are_one_line_with_a_hint(tmp_path: Path, args: list[str], 
     assert result.exit_code == 2, result.output
     assert result.output.startswith(f"holedger: error: {says}"), result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "\t" not in result.output, result.output
     assert "(hint: see 'holedger" in result.output and "--help')" in result.output
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from fractions import Fraction
 
+import pytest
+
 from holedger.ledger.store import Ledger
 from holedger.replay.report import ReplayReport
 from holedger.schemas.canonical import rational_to_str
@@ -135,7 +137,7 @@ def test_rejections_the_rules_demand_are_right(
 
 
 def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only(
-    ledger: Ledger,
+    ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run broken at seq N: the budget, protocol and score checks were judged on seq 0
     to N - 1 only, and each of them (and each failure they add) says so; the integrity
@@ -168,3 +170,23 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
         assert check.detail.startswith(f"[judged on seq 0 to {at - 1} only"), check
     for failure in report.failures:
         assert failure.reason.startswith("[judged") == (failure.check not in integrity)
+    # The terminal shows the same words: a bracket in a detail is text, not a style tag.
+    from holedger.replay.commands import print_report
+
+    monkeypatch.setenv("COLUMNS", "400")
+    capsys.readouterr()
+    print_report(report)
+    shown = capsys.readouterr().out
+    judged = f"[judged on seq 0 to {at - 1} only, where the log is intact]"
+    assert shown.count(judged) >= len(later), shown
+
+
+def test_counts_in_check_details_take_the_number_they_need() -> None:
+    from holedger.replay.report import counted
+
+    assert counted(1, "request") == "1 request"
+    assert counted(0, "request") == "0 requests"
+    assert counted(2, "projection") == "2 projections"
+    assert counted(3, "case", "cases") == "3 cases"
+    assert counted(1, "match", "matches") == "1 match"
+    assert counted(2, "match", "matches") == "2 matches"
