@@ -413,6 +413,8 @@ async def bench(
                 s.drain_s = time.perf_counter() - t0
                 s.elapsed += s.drain_s
                 s.backlog = int(answer.json()["backlog"])
+                if not answer.json()["flushed"]:
+                    print("  warning: the gateway's writer did not drain within 120 s")
                 drain_cpu = time.process_time() - c0  # this client's, for the drain call
             else:
                 drain_cpu = 0.0

@@ -86,8 +86,6 @@ MODELS_PATH = "/v1/models"
 # (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
 MODEL_SWITCH_FIELDS = ("models", "fallbacks")
 ZERO = TokenUsage()
-HOLD_TIMEOUT_S = 30.0  # how long a call is held while the event writer is behind
-HOLD_POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -197,9 +195,7 @@ class Gateway:
         self.ledger = ledger
         self.tokens = tokens
         self.config = config or GatewayConfig()
-        self.writer = EventWriter(
-            ledger, linger_s=self.config.event_linger_s, max_backlog=self.config.event_backlog
-        )
+        self.writer = EventWriter(ledger, linger_s=self.config.event_linger_s)
         self._runs: dict[str, _RunState] = {}
         self._runs_lock = threading.Lock()
         self._tallies: dict[tuple[str, str], _Tally] = {}
@@ -262,15 +258,6 @@ class Gateway:
             return
         path, method = scope["path"], scope["method"]
         call = _Call(self._ids.next(), time.perf_counter(), path)
-        if self.writer.backlog >= self.writer.max_backlog:
-            # The event writer is behind: hold new calls until it has caught up, so the
-            # events waiting in memory (lost if the process dies) stay bounded.
-            if not await self._room_for_events():
-                body = error_body(
-                    "the gateway's event writer is behind", "server_error", "ledger_behind"
-                )
-                await send_bytes(send, 503, body, [JSON_TYPE])
-                return
         if self.writer.failure is not None:
             # Fail closed: a call that cannot be recorded is not forwarded.
             body = error_body(
@@ -290,16 +277,6 @@ class Gateway:
         finally:
             if call.tracked:
                 self._track(call, -1)
-
-    async def _room_for_events(self) -> bool:
-        """Wait (without a thread) until the writer's backlog is below its bound, or it
-        has failed (the call then fails closed); False after HOLD_TIMEOUT_S."""
-        deadline = time.monotonic() + HOLD_TIMEOUT_S
-        while self.writer.backlog >= self.writer.max_backlog and self.writer.failure is None:
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(HOLD_POLL_S)
-        return True
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

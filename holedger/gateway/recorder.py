@@ -4,9 +4,6 @@ Calls are answered without waiting for the database; the writer keeps the order 
 events were submitted (per run), groups what is waiting into one atomic batch per run, and
 retries on a conflict with another writer of the same run. If writing fails, the gateway
 stops forwarding (it fails closed) until the writer recovers.
-
-At most ``max_backlog`` submissions wait unwritten (in memory, lost if the process dies):
-beyond that the gateway holds new calls until the writer has caught up.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from functools import partial
 from pydantic import BaseModel
 
 from holedger.errors import LedgerConflictError
-from holedger.gateway.config import DEFAULT_EVENT_BACKLOG
 from holedger.ledger.store import Ledger
 from holedger.schemas.types import Role
 
@@ -56,16 +52,9 @@ class EventWriter:
     part; batching keeps it off the gateway's latency). ``flush`` cuts the linger short.
     """
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        *,
-        linger_s: float = 0.05,
-        max_backlog: int = DEFAULT_EVENT_BACKLOG,
-    ) -> None:
+    def __init__(self, ledger: Ledger, *, linger_s: float = 0.05) -> None:
         self.ledger = ledger
         self.linger_s = linger_s
-        self.max_backlog = max_backlog
         self._queue: queue.Queue[Submission | str] = queue.Queue()
         self._cond = threading.Condition()
         self._submitted = 0
@@ -88,7 +77,7 @@ class EventWriter:
 
     @property
     def backlog(self) -> int:
-        """Submissions not yet written."""
+        """Submissions not yet written (in memory: lost if the process dies)."""
         return self._submitted - self._done
 
     def flush(self, timeout: float | None = 30.0) -> bool:
