@@ -36,6 +36,7 @@ from holedger.ledger.note import (
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
 from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, plain, progress_bar, settings
+from holedger.replay.report import counted
 from holedger.schemas.canonical import b64decode_strict
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
@@ -317,6 +318,17 @@ def prove_cmd(
         emit_json({**summary, "output": output, "proof": None if output else text})
     else:
         _write_text(output, text)
+        if output:
+            what = (
+                f"inclusion proof of seq {seq}"
+                if seq is not None
+                else f"consistency proof from size {summary['old_size']}"
+            )
+            console().print(
+                f"wrote {plain(output)}: {what} to tree size {size} "
+                f"({counted(len(proof_hashes), 'hash', 'hashes')})",
+                soft_wrap=True,
+            )
 
 
 @click.command("verify-proof")

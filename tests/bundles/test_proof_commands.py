@@ -39,6 +39,7 @@ def test_inclusion_proof_for_every_event_under_the_final_checkpoint(
         out = tmp_path / f"{seq}.tlog-proof"
         code, text = run(sample, "prove", sample.run_id, "--seq", str(seq), "-o", str(out))
         assert code == 0, text
+        assert text.startswith(f"wrote {out}: inclusion proof of seq {seq} to tree size {size}")
         assert out.read_text().startswith("c2sp.org/tlog-proof@v1\nextra ")
         code, text = run(sample, "verify-proof", str(out), "--trusted-key", vkey, "--json")
         assert code == 0, text
@@ -109,6 +110,7 @@ def test_consistency_proof_between_two_checkpoints(
     proof = tmp_path / "c.proof"
     code, text = run(sample, "prove", run_id, "--from-checkpoint", str(old), "-o", str(proof))
     assert code == 0, text
+    assert text.startswith(f"wrote {proof}: consistency proof from size "), text
     args = ["verify-proof", str(proof), "--trusted-key", vkey, "--old-checkpoint"]
     code, text = run(sample, *args, str(old), "--json")
     assert code == 0, text
