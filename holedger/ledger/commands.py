@@ -90,9 +90,16 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
     if not infos:
         click.echo("no runs yet (hint: 'holedger demo' or 'holedger run open --task T')")
         return
-    rows = [[i.run_id, i.task_id, i.optimizer, i.events, i.state, i.opened] for i in infos]
-    columns = ["run", "task", "optimizer", "events", "state", "opened"]
-    console().print(table(None, columns, rows, whole=("run", "events", "state")))
+    # The opening time to the minute (UTC), kept whole; --json has it to the microsecond.
+    rows = [[i.run_id, i.task_id, i.optimizer, i.events, i.state, _minute(i.opened)] for i in infos]
+    columns = ["run", "task", "optimizer", "events", "state", "opened (UTC)"]
+    whole = ("run", "events", "state", "opened (UTC)")
+    console().print(table(None, columns, rows, whole=whole))
+
+
+def _minute(time: str) -> str:
+    """2026-12-02T14:26:30.123456Z as 2026-12-02 14:26."""
+    return time[:16].replace("T", " ")
 
 
 @run_group.command("show")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -240,3 +241,16 @@ def test_the_key_taken_on_trust_is_printed_whole(home: tuple[Path, str]) -> None
     cells = "".join(result.output.replace("│", "").split())
     assert vkey in cells
     assert "…" not in result.output
+
+
+def test_run_list_keeps_ids_and_opening_times_whole(
+    home: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, run_id = home
+    for width in ("80", "120"):
+        monkeypatch.setenv("COLUMNS", width)
+        result = CliRunner().invoke(cli, ["--home", str(path), "run", "list"])
+        assert result.exit_code == 0, result.output
+        assert run_id in result.output, result.output
+        assert re.search(r"\b20\d\d-\d\d-\d\d \d\d:\d\d\b", result.output), result.output
+        assert max(len(line) for line in result.output.splitlines()) <= int(width)
