@@ -97,13 +97,7 @@ class PublicKey:
     @classmethod
     def from_vkey(cls, text: str) -> PublicKey:
         """Parse ``name+hexid+base64(0x01||key)``, checking the id against the key."""
-        parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
-        if len(parts) != 3:
-            raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint=VKEY_HINT)
-        name, hex_id, blob = parts
-        raw = b64decode_strict(blob)
-        if raw is None:
-            raise UsageError("verifier key has bad base64", hint=VKEY_HINT)
+        name, hex_id, raw, _ = vkey_parts(text)
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)
         key = cls(check_key_name(name), raw[1:])
@@ -197,6 +191,19 @@ class SigningKey:
                 hint=f"chmod 600 {path}",
             )
         return cls.from_skey(text)
+
+
+def vkey_parts(text: str, hint: str = VKEY_HINT) -> tuple[str, str, bytes, str]:
+    """The name, hex key id, decoded key bytes and base64 text of a verifier key
+    ``name+hexid+base64(type || key)``; UsageError when it has not that shape."""
+    parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
+    if len(parts) != 3:
+        raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint=hint)
+    name, hex_id, blob = parts
+    raw = b64decode_strict(blob)
+    if raw is None:
+        raise UsageError("verifier key has bad base64", hint=hint)
+    return name, hex_id, raw, blob
 
 
 def load_trusted_keys(values: list[str]) -> list[PublicKey]:

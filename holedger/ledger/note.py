@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from holedger.errors import UsageError, VerificationError
-from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes
+from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes, vkey_parts
 from holedger.schemas.canonical import b64decode_strict
 
 EM_DASH = "\u2014"
@@ -203,17 +203,11 @@ AnyVerifier = Ed25519NoteVerifier | CosignatureVerifier
 
 def parse_vkey(text: str) -> AnyVerifier:
     """Parse a verifier key ``name+hex(id)+base64(type || key)`` of type 0x01 or 0x04."""
-    parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
-    if len(parts) != 3:
-        raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint="name+keyid+base64")
-    name, hex_id, blob = parts
+    name, hex_id, raw, blob = vkey_parts(text, hint="name+keyid+base64")
     if not _valid_key_name(name):
         raise UsageError(f"bad key name in verifier key {name!r}")
     if len(hex_id) != 8 or any(c not in "0123456789abcdef" for c in hex_id):
         raise UsageError("verifier key id is not 8 lower-case hex digits")
-    raw = b64decode_strict(blob)
-    if raw is None:
-        raise UsageError("verifier key has bad base64")
     if base64.b64encode(raw).decode() != blob:
         raise UsageError("verifier key base64 is not canonical")
     if len(raw) != 33 or raw[0] not in (ALG_ED25519, ALG_COSIGNATURE_V1):

@@ -262,7 +262,7 @@ class _Verifier:
         declared: dict[str, PublicKey] = {}
         for role_name, info in opened.keys.items():
             role: str = role_name
-            key = PublicKey(info.name, _b64(info.public_key))
+            key = PublicKey(info.name, b64decode_strict(info.public_key) or b"")
             if len(key.raw) != 32 or key.key_id_hex != info.key_id:
                 self._broken(0, rec.type, f"declared {role} key is malformed", "keys")
                 return
@@ -422,10 +422,6 @@ class _Verifier:
                 if through >= 0
                 else "[judged on no event: the log is broken from its start] ",
             )
-
-
-def _b64(text: str) -> bytes:
-    return b64decode_strict(text) or b""
 
 
 def verify_records(
