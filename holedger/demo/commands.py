@@ -39,7 +39,10 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
         )
     else:
         state = "[green]verified[/]" if result.verified else "[bold red]FAILED verification[/]"
-        console().print(f"run {result.run_id}: {state}; report written to {plain(result.path)}")
+        console().print(
+            f"run {result.run_id}: {state}; report written to {plain(result.path)}",
+            soft_wrap=True,  # the path must copy whole
+        )
     sys.exit(0 if result.verified else 1)
 
 

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from holedger.config import Settings
 from holedger.errors import SandboxError
 from holedger.ledger.store import Ledger
-from holedger.output import console, plain
+from holedger.output import console, plain, score_text
 from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport
 from holedger.sandboxes import get_backend
@@ -445,7 +445,7 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
         out.print(text, soft_wrap=True)
 
     def num(v: Fraction | None) -> str:
-        return "-" if v is None else f"{float(v):.3f}"
+        return score_text(v)
 
     for failure in s.failures:
         line(f"[bold red]problem:[/] {plain(failure)}")

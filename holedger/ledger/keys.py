@@ -101,7 +101,7 @@ class PublicKey:
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)
         key = cls(check_key_name(name), raw[1:])
-        if key.key_id_hex != hex_id.lower():
+        if key.key_id_hex != hex_id:
             raise UsageError(f"verifier key id {hex_id} does not match its key", hint=VKEY_HINT)
         return key.require_sound()
 
@@ -195,14 +195,20 @@ class SigningKey:
 
 def vkey_parts(text: str, hint: str = VKEY_HINT) -> tuple[str, str, bytes, str]:
     """The name, hex key id, decoded key bytes and base64 text of a verifier key
-    ``name+hexid+base64(type || key)``; UsageError when it has not that shape."""
+    ``name+hexid+base64(type || key)``; UsageError when it has not that shape. The form is
+    exact, as ``vkey()`` writes it (8 lower-case hex digits, canonical base64), so a key
+    has one spelling wherever it is given."""
     parts = text.strip().split("+", 2)  # the base64 part may itself hold '+'
     if len(parts) != 3:
         raise UsageError(f"not a verifier key: {text.strip()[:60]!r}", hint=hint)
     name, hex_id, blob = parts
+    if len(hex_id) != 8 or any(c not in "0123456789abcdef" for c in hex_id):
+        raise UsageError("verifier key id is not 8 lower-case hex digits", hint=hint)
     raw = b64decode_strict(blob)
     if raw is None:
         raise UsageError("verifier key has bad base64", hint=hint)
+    if base64.b64encode(raw).decode() != blob:
+        raise UsageError("verifier key base64 is not canonical", hint=hint)
     return name, hex_id, raw, blob
 
 

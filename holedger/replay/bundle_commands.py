@@ -36,6 +36,7 @@ from holedger.ledger.note import (
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
 from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, plain, progress_bar, settings
+from holedger.replay.commands import trusted_key_option
 from holedger.replay.report import counted
 from holedger.schemas.canonical import b64decode_strict
 
@@ -184,12 +185,7 @@ def export_cmd(
 @click.command("verify")
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option(
-    "--trusted-key",
-    "trusted",
-    multiple=True,
-    help="A verifier key (name+id+key) or a keyring file; pins the run's keys.",
-)
+@trusted_key_option
 @click.option(
     "--checkpoint",
     "checkpoint_files",

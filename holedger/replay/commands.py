@@ -7,7 +7,7 @@ import sys
 import click
 
 from holedger.ledger.keys import load_trusted_keys
-from holedger.output import console, emit_json, progress_bar, settings, table
+from holedger.output import console, emit_json, progress_bar, score_text, settings, table
 from holedger.replay.report import ReplayReport
 
 
@@ -48,8 +48,9 @@ def print_scores(report: ReplayReport) -> None:
     if isinstance(scores, dict) and scores.get("scored"):
         beyond = "exceeds" if scores.get("exceeds_band") else "does not exceed"
         out.print(
-            f"scores: E(H+) {scores.get('e_h_plus')}, E(H0) {scores.get('e_h0')}, "
-            f"g {scores.get('g')} ({beyond} the resolution band {scores.get('resolution_band')})"
+            f"scores: E(H+) {score_text(scores.get('e_h_plus'))}, "
+            f"E(H0) {score_text(scores.get('e_h0'))}, g {score_text(scores.get('g'))} "
+            f"({beyond} the resolution band {score_text(scores.get('resolution_band'))})"
         )
     leakage = report.sections.get("leakage")
     if isinstance(leakage, dict):
@@ -63,15 +64,19 @@ def print_scores(report: ReplayReport) -> None:
                 out.print(f"leakage {part.replace('_', ' ')}: {info.get('status')} ({state})")
 
 
-@click.command("replay")
-@click.argument("run")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option(
+# ``replay`` and ``verify``: keys given here replace the ones the log announces.
+trusted_key_option = click.option(
     "--trusted-key",
     "trusted",
     multiple=True,
     help="A verifier key (name+id+key) or a keyring file; pins the run's keys.",
 )
+
+
+@click.command("replay")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@trusted_key_option
 @click.option(
     "--task",
     "task",

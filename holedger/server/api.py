@@ -166,18 +166,7 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         result = await run_in_threadpool(
             service.evaluate, run_id, candidate, split, case_ids, attempts
         )
-        return JSONResponse(
-            {
-                "request_id": result.request_id,
-                "candidate": result.candidate,
-                "split": result.split,
-                "policy": result.policy,
-                "projection": result.projection,
-                "projection_digest": result.projection_digest,
-                "cost": result.cost,
-                "budget_used": result.budget_after,
-            }
-        )
+        return JSONResponse(result.as_json())
 
     async def get_blob(request: Request, run_id: str) -> Response:
         digest = str(request.path_params["digest"])

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from holedger.errors import UsageError
-from holedger.output import emit_json, settings
+from holedger.output import emit_json, score_text, settings
 
 
 @contextlib.contextmanager
@@ -69,7 +69,7 @@ def run_open(
     click.echo(f"task     {opened.task_id}")
     click.echo(f"seed     {opened.seed_commit}")
     if baseline is not None:
-        e0 = data["seed_baseline"]["e_h0"]
+        e0 = score_text(data["seed_baseline"]["e_h0"])
         click.echo(f"E(H0)    {e0} (K={baseline.k}, baseline run {baseline.baseline_run_id})")
     click.echo(f"token    {opened.optimizer_token}")
 
@@ -141,17 +141,7 @@ def eval_cmd(
     with _service(ctx, workers) as service:
         run_id = service.ledger.resolve_run(run)
         result = service.evaluate(run_id, candidate, split, case_ids, attempts)
-    data = {
-        "run_id": run_id,
-        "request_id": result.request_id,
-        "candidate": result.candidate,
-        "split": result.split,
-        "policy": result.policy,
-        "projection": result.projection,
-        "projection_digest": result.projection_digest,
-        "cost": result.cost,
-        "budget_used": result.budget_after,
-    }
+    data = {"run_id": run_id, **result.as_json()}
     if as_json:
         emit_json(data)
         return
@@ -181,9 +171,10 @@ def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_
     if as_json:
         emit_json(data)
         return
-    g = data["g"] if data["g"] is not None else "undefined (E(H0) = 1)"
+    g = score_text(data["g"]) if data["g"] is not None else "undefined (E(H0) = 1)"
     click.echo(f"nominated {scored.candidate}; run {run_id} closed")
-    click.echo(f"E(H+) {data['e_h_plus']}  E(H0) {data['e_h0']}  g {g}  (K={scored.k})")
+    e_plus, e0 = score_text(data["e_h_plus"]), score_text(data["e_h0"])
+    click.echo(f"E(H+) {e_plus}  E(H0) {e0}  g {g}  (K={scored.k})")
 
 
 @click.command("serve")

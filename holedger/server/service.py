@@ -111,6 +111,19 @@ class Evaluation:
     cost: dict[str, Any]
     budget_after: dict[str, Any]
 
+    def as_json(self) -> dict[str, Any]:
+        """The evaluation as the API and ``holedger evaluate --json`` give it."""
+        return {
+            "request_id": self.request_id,
+            "candidate": self.candidate,
+            "split": self.split,
+            "policy": self.policy,
+            "projection": self.projection,
+            "projection_digest": self.projection_digest,
+            "cost": self.cost,
+            "budget_used": self.budget_after,
+        }
+
 
 @dataclass(frozen=True)
 class ScoredRun:

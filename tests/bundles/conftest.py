@@ -8,57 +8,29 @@ are real commits in the run's bare repository (Settings.run_repo), under
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import pygit2
 import pytest
 from pgdb import fresh_database
+from sample_terms import sha, task_terms
 
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import (
-    BudgetVector,
     CandidateCommitted,
-    DisclosurePolicy,
     SafetyViolation,
-    SplitBudget,
     TaskTerms,
 )
 
 CHECKPOINT_INTERVAL = 8
 
 
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def terms() -> TaskTerms:
-    return TaskTerms(
-        task_id="bundle-task",
-        models=["sim-small"],
-        split_sizes={"dev": 10, "val": 10, "test": 10},
-        split_digests={"dev": sha("dev"), "val": sha("val"), "test": sha("test")},
-        manifest_digest=sha("manifest"),
-        budget=BudgetVector(
-            dev=SplitBudget(calls=100, case_passes=Fraction(4)),
-            val=SplitBudget(calls=100, case_passes=Fraction(4)),
-            target_tokens=1_000_000,
-        ),
-        disclosure=DisclosurePolicy(),
-        k=3,
-        resolution_band=Fraction(1, 20),
-        verifier_digest=sha("verifier"),
-        seed_commit="0" * 40,
-        entrypoint=["python", "-m", "harness"],
-        immutable_paths=["verifier/"],
-        case_timeout_s=60,
-        environment_digest=sha("env"),
-    )
+    return task_terms("bundle-task")
 
 
 @dataclass

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sample_terms import task_terms
+
 from holedger.gateway.app import Gateway, create_gateway_app
 from holedger.gateway.config import GatewayConfig
 from holedger.gateway.serve import AppServer, serve_gateway
@@ -15,13 +17,7 @@ from holedger.gateway.tokens import TokenRegistry
 from holedger.gateway.wire import ASGIApp, Message, Receive, Scope, Send
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.schemas.events import (
-    BudgetVector,
-    DisclosurePolicy,
-    GatewayCall,
-    SplitBudget,
-    TaskTerms,
-)
+from holedger.schemas.events import GatewayCall, TaskTerms
 
 SIM_MODEL = "holedger-sim-1"
 
@@ -31,27 +27,12 @@ def digest(text: str) -> str:
 
 
 def make_terms(target_tokens: int = 1_000_000, per_trial: int | None = None) -> TaskTerms:
-    return TaskTerms(
-        task_id="gateway-test",
+    return task_terms(
+        "gateway-test",
         models=[SIM_MODEL, "alias-model"],
-        split_sizes={"dev": 10, "val": 10, "test": 10},
-        split_digests={s: digest(s) for s in ("dev", "val", "test")},
-        manifest_digest=digest("manifest"),
-        budget=BudgetVector(
-            dev=SplitBudget(calls=100, case_passes="4"),
-            val=SplitBudget(calls=100, case_passes="4"),
-            target_tokens=target_tokens,
-            per_trial_tokens=per_trial,
-        ),
-        disclosure=DisclosurePolicy(),
-        k=3,
-        resolution_band="0.05",
-        verifier_digest=digest("verifier"),
-        seed_commit="0" * 40,
-        entrypoint=["python", "-m", "harness"],
+        target_tokens=target_tokens,
+        per_trial_tokens=per_trial,
         immutable_paths=[],
-        case_timeout_s=60,
-        environment_digest=digest("env"),
     )
 
 

@@ -11,23 +11,21 @@ import hashlib
 from fractions import Fraction
 from typing import Any
 
+from sample_terms import sha, task_terms
+
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import (
     BudgetUse,
-    BudgetVector,
     CandidateCommitted,
     CandidateNominated,
     CaseCost,
     CaseScores,
-    DisclosurePolicy,
     DisclosureProjected,
     EvaluationRequested,
     GatewayCall,
     RunScored,
     SafetyViolation,
-    SplitBudget,
     SplitUse,
-    TaskTerms,
     TokenUsage,
     TrialCompleted,
 )
@@ -46,34 +44,6 @@ class MemoryBlobs:
 
     def redacted(self, digest: str) -> bool:
         return False
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def task_terms(task_id: str = "demo-task") -> TaskTerms:
-    return TaskTerms(
-        task_id=task_id,
-        models=["sim-small"],
-        split_sizes={"dev": 10, "val": 10, "test": 10},
-        split_digests={"dev": sha("dev"), "val": sha("val"), "test": sha("test")},
-        manifest_digest=sha("manifest"),
-        budget=BudgetVector(
-            dev=SplitBudget(calls=100, case_passes=Fraction(4)),
-            val=SplitBudget(calls=100, case_passes=Fraction(4)),
-            target_tokens=1_000_000,
-        ),
-        disclosure=DisclosurePolicy(),
-        k=3,
-        resolution_band=Fraction(1, 20),
-        verifier_digest=sha("verifier"),
-        seed_commit="0" * 40,
-        entrypoint=["python", "-m", "harness"],
-        immutable_paths=["verifier/"],
-        case_timeout_s=60,
-        environment_digest=sha("env"),
-    )
 
 
 def open_run(ledger: Ledger, task_id: str = "demo-task") -> str:

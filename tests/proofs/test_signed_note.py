@@ -173,6 +173,28 @@ def test_vkey_manglings_are_refused() -> None:
             parse_vkey(mangled.decode())
 
 
+def test_both_vkey_parsers_take_one_spelling_only() -> None:
+    # --trusted-key (PublicKey.from_vkey) and checkpoint verification (parse_vkey) accept
+    # exactly what vkey() writes; any other spelling of the same key is refused by both,
+    # with the same message
+    key = SigningKey.from_seed("spelling", bytes(range(32))).public
+    name, hex_id, blob = key.vkey().split("+", 2)
+    assert hex_id != hex_id.upper()  # the id has letters, so upper case is another spelling
+    assert PublicKey.from_vkey(key.vkey()) == key
+    assert parse_vkey(key.vkey()).vkey() == key.vkey()
+    for other in (
+        f"{name}+{hex_id.upper()}+{blob}",
+        f"{name}+{hex_id}+{blob}=",
+        f"{name}+{hex_id}+{blob[:20]} {blob[20:]}",
+        f"{name}+{hex_id}+{blob.replace('+', '-').replace('/', '_')}",
+    ):
+        with pytest.raises(UsageError) as from_vkey:
+            PublicKey.from_vkey(other)
+        with pytest.raises(UsageError) as note_vkey:
+            parse_vkey(other)
+        assert str(from_vkey.value) == str(note_vkey.value)
+
+
 @pytest.mark.parametrize(
     "vkey",
     [

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pygit2
+from sample_terms import task_terms
 
 from holedger.errors import PolicyError
 from holedger.ledger.store import Ledger
 from holedger.replay.report import ReplayReport
 from holedger.replay.taskdata import CaseData, TaskData
 from holedger.schemas.events import (
-    BudgetVector,
     CandidateCommitted,
     CandidateNominated,
     CaseScores,
@@ -29,7 +29,6 @@ from holedger.schemas.events import (
     EvaluationRequested,
     RunScored,
     SeedBaseline,
-    SplitBudget,
     TaskTerms,
     TokenUsage,
     TrialCompleted,
@@ -74,26 +73,20 @@ def task_data(digest: str = TASK_DIGEST) -> TaskData:
 
 
 def terms(seed_commit: str = "seed", **budget: Any) -> TaskTerms:
-    limits = {
-        "dev": SplitBudget(calls=budget.get("dev_calls", 4), case_passes=Fraction(3)),
-        "val": SplitBudget(calls=budget.get("val_calls", 2), case_passes=Fraction(2)),
-    }
-    return TaskTerms(
-        task_id="rp-task",
+    return task_terms(
+        "rp-task",
         models=["holedger-sim-1"],
-        split_sizes={"dev": len(DEV), "val": len(VAL), "test": len(TEST)},
-        split_digests={"dev": ZERO, "val": ZERO, "test": ZERO},
-        manifest_digest=ZERO,
-        budget=BudgetVector(dev=limits["dev"], val=limits["val"], target_tokens=1000),
+        sizes={"dev": len(DEV), "val": len(VAL), "test": len(TEST)},
+        calls=(budget.get("dev_calls", 4), budget.get("val_calls", 2)),
+        case_passes=(3, 2),
+        target_tokens=1000,
+        digest=ZERO,
         disclosure=DisclosurePolicy(min_aggregate_cases=5),
         k=K,
-        resolution_band=Fraction(1, 20),
-        verifier_digest=ZERO,
         seed_commit=seed_commit,
         entrypoint=["python3", "-m", "harness"],
         immutable_paths=["corpus"],
         case_timeout_s=30,
-        environment_digest=ZERO,
     )
 
 

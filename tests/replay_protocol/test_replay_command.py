@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
+from holedger.output import score_text
 
 from .runs import RunWriter, commit_files, honest_finish, honest_search, new_repo, terms
 
@@ -36,7 +38,8 @@ def test_text_report_shows_budget_table_and_scores(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "VERIFIED" in result.output
     assert "dev case_passes" in result.output and "50.0%" in result.output
-    assert "scores: E(H+)" in result.output and "E(H0) 1/3" in result.output
+    # a decimal to read, then the exact rational the log holds
+    assert "scores: E(H+)" in result.output and "E(H0) 0.333 (1/3)" in result.output
     # the task "rp-task" is not installed here: the audit says so instead of passing silently
     assert "leakage audit: skipped" in result.output
     json_result = CliRunner().invoke(cli, ["--home", str(home), "replay", run_id, "--json"])
@@ -62,3 +65,11 @@ def test_json_report_carries_the_sections_and_the_home_repository(tmp_path: Path
     scan = report["leakage"]["candidate_scan"]
     assert scan["status"] == "skipped" and scan["reason"]
     assert scan["repository_found"] is True
+
+
+def test_scores_for_people_show_a_decimal_and_the_exact_rational() -> None:
+    assert score_text("53/144") == "0.368 (53/144)"
+    assert score_text(Fraction(-1, 8)) == "-0.125 (-1/8)"
+    assert score_text("1") == "1" and score_text(0) == "0"
+    assert score_text(None) == "-"
+    assert score_text("n/a") == "n/a"  # not a number: shown as it is

@@ -11,19 +11,18 @@ import hashlib
 from fractions import Fraction
 from typing import Any
 
+from sample_terms import sha, task_terms
+
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import (
-    BudgetVector,
     CandidateCommitted,
     CandidateNominated,
     CaseScores,
-    DisclosurePolicy,
     DisclosureProjected,
     EvaluationRequested,
     RunScored,
     SafetyViolation,
     SeedBaseline,
-    SplitBudget,
     TaskTerms,
     TokenUsage,
     TrialCompleted,
@@ -34,35 +33,21 @@ SIZES = {"dev": 6, "val": 6, "test": 5}
 E_H0 = Fraction(1, 3)
 
 
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def case_ids(split: str) -> list[str]:
     return [f"syn-{split}-{i:03d}" for i in range(SIZES[split])]
 
 
 def terms() -> TaskTerms:
-    return TaskTerms(
-        task_id="synthetic",
+    return task_terms(
+        "synthetic",
         models=["holedger-sim-1"],
-        split_sizes=dict(SIZES),  # type: ignore[arg-type]
-        split_digests={s: sha(s) for s in SIZES},  # type: ignore[misc]
-        manifest_digest=sha("manifest"),
-        budget=BudgetVector(
-            dev=SplitBudget(calls=10, case_passes=Fraction(4)),
-            val=SplitBudget(calls=10, case_passes=Fraction(4)),
-            target_tokens=1_000_000,
-        ),
-        disclosure=DisclosurePolicy(),
+        sizes=SIZES,
+        calls=(10, 10),
         k=2,
-        resolution_band=Fraction(1, 20),
-        verifier_digest=sha("verifier"),
         seed_commit="a" * 40,
         entrypoint=["python3", "-m", "harness"],
         immutable_paths=[],
         case_timeout_s=30,
-        environment_digest=sha("env"),
     )
 
 

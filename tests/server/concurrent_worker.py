@@ -9,6 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+# tests/ is where pytest finds the shared test helpers; this process starts outside pytest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from holedger.config import Settings
 from holedger.errors import BudgetExceededError
 from holedger.ledger.store import Ledger

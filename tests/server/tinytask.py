@@ -12,7 +12,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget, TaskTerms
+from sample_terms import task_terms
+
 from holedger.server.candidates import seed_commit_id
 from holedger.server.taskview import CaseData, ServerTask
 
@@ -62,20 +63,16 @@ def make_task(
     seed: Path | None = None,
 ) -> ServerTask:
     seed = seed or write_seed(root)
-    terms = TaskTerms(
-        task_id=f"tiny-{ref}",
+    terms = task_terms(
+        f"tiny-{ref}",
         models=models if models is not None else [],
-        split_sizes={s: len(ids) for s, ids in CASES.items()},
+        sizes={s: len(ids) for s, ids in CASES.items()},
+        calls=(dev_calls, val_calls),
+        case_passes=(dev_passes, val_passes),
+        target_tokens=100000,
         split_digests={s: _digest(",".join(ids)) for s, ids in CASES.items()},
         manifest_digest=_digest(repr(CASES)),
-        budget=BudgetVector(
-            dev=SplitBudget(calls=dev_calls, case_passes=Fraction(dev_passes)),
-            val=SplitBudget(calls=val_calls, case_passes=Fraction(val_passes)),
-            target_tokens=100000,
-        ),
-        disclosure=DisclosurePolicy(),
         k=k,
-        resolution_band=Fraction(1, 20),
         verifier_digest=_digest("upper"),
         seed_commit=seed_commit_id(seed),
         entrypoint=["python3", "-m", "harness"],
