@@ -8,7 +8,6 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from fractions import Fraction
 from typing import Any
 
 import click
@@ -48,20 +47,6 @@ def plain(value: object) -> str:
     """``value`` as text to put inside console markup: its brackets are shown as they are
     (a reason such as "[judged on seq 0 to 14 only ...]" is data, not a style tag)."""
     return escape(str(value))
-
-
-def score_text(value: object) -> str:
-    """A score or gain for people: a short decimal, then the exact rational the ledger
-    holds (``0.368 (53/144)``); a whole number as it is; ``-`` when there is none."""
-    if value is None:
-        return "-"
-    try:
-        exact = Fraction(str(value))
-    except (ValueError, ZeroDivisionError):
-        return str(value)
-    if exact.denominator == 1:
-        return str(exact.numerator)
-    return f"{float(exact):.3f} ({exact})"
 
 
 def console(stderr: bool = False, **options: Any) -> Console:

@@ -34,9 +34,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from holedger.config import Settings
 from holedger.errors import SandboxError
 from holedger.ledger.store import Ledger
-from holedger.output import console, plain, score_text
+from holedger.output import console, plain
 from holedger.replay.html import write_report
-from holedger.replay.report import ReplayReport
+from holedger.replay.report import ReplayReport, score_text
 from holedger.sandboxes import get_backend
 from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
 

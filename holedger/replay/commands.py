@@ -7,8 +7,8 @@ import sys
 import click
 
 from holedger.ledger.keys import load_trusted_keys
-from holedger.output import console, emit_json, progress_bar, score_text, settings, table
-from holedger.replay.report import ReplayReport
+from holedger.output import console, emit_json, progress_bar, settings, table
+from holedger.replay.report import ReplayReport, score_text
 
 
 def print_report(report: ReplayReport) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from fractions import Fraction
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -13,6 +14,20 @@ MAX_FAILURES = 50
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and the noun in the number it needs: "1 projection", "2 projections"."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def score_text(value: object) -> str:
+    """A score or gain for people: a short decimal, then the exact rational the ledger
+    holds (``0.368 (53/144)``); a whole number as it is; ``-`` when there is none."""
+    if value is None:
+        return "-"
+    try:
+        exact = Fraction(str(value))
+    except (ValueError, ZeroDivisionError):
+        return str(value)
+    if exact.denominator == 1:
+        return str(exact.numerator)
+    return f"{float(exact):.3f} ({exact})"
 
 
 class CheckResult(BaseModel):

@@ -23,7 +23,7 @@ from typing import Any
 
 from holedger.ledger.records import Record
 from holedger.replay.engine import ReplayContext
-from holedger.replay.report import ReportBuilder
+from holedger.replay.report import ReportBuilder, score_text
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import CandidateNominated, Model, RunScored, TrialCompleted
@@ -174,7 +174,9 @@ class ScoresProjection:
                 out.check(
                     CHECK,
                     True,
-                    f"E(H+) {self.section['e_h_plus']}, E(H0) {self.section['e_h0']}, "
-                    f"g {self.section['g']} recomputed from {self.section['cases']} cases x K",
+                    f"E(H+) {score_text(self.section['e_h_plus'])}, "
+                    f"E(H0) {score_text(self.section['e_h0'])}, "
+                    f"g {score_text(self.section['g'])} "
+                    f"recomputed from {self.section['cases']} cases x K",
                 )
         out.section("scores", self.section)

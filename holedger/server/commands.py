@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from holedger.errors import UsageError
-from holedger.output import emit_json, score_text, settings
+from holedger.output import emit_json, settings
+from holedger.replay.report import score_text
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.output import score_text
+from holedger.replay.report import score_text
 
 from .runs import RunWriter, commit_files, honest_finish, honest_search, new_repo, terms
 
