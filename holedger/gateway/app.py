@@ -20,6 +20,7 @@ One gateway process serves a ledger's runs (the budget state is in its memory).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -44,7 +45,7 @@ from holedger.gateway.budget import (
     usage_from_openai,
 )
 from holedger.gateway.config import GatewayConfig
-from holedger.gateway.recorder import EventWriter, Submission
+from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.gateway.tokens import TokenClaims, TokenRegistry
 from holedger.gateway.upstream import (
     AsgiUpstream,
@@ -86,6 +87,8 @@ MODELS_PATH = "/v1/models"
 # (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
 MODEL_SWITCH_FIELDS = ("models", "fallbacks")
 ZERO = TokenUsage()
+# How long a call waits for room while the event writer is behind (then 503 ledger_behind).
+HOLD_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ class _Call:
     budget: GatewayBudgetState | None = None
     presented: PresentedToken | None = None
     tracked: bool = False  # counted in its trial's calls in flight
+    admitted: bool = False  # holds room in the EventRoom until its event is submitted
 
     def attribute(self, claims: TokenClaims | CallerBinding) -> None:
         self.run_id = claims.run_id
@@ -168,6 +172,7 @@ class _Denial(Exception):
     safety: str | None = None
     extra_runs: list[str] = field(default_factory=list)
     recorded: bool = False
+    retry: bool = False  # nothing was forwarded and trying again may succeed
 
 
 class _CallIds:
@@ -196,6 +201,7 @@ class Gateway:
         self.tokens = tokens
         self.config = config or GatewayConfig()
         self.writer = EventWriter(ledger, linger_s=self.config.event_linger_s)
+        self.room = EventRoom(self.writer, self.config.event_backlog)
         self._runs: dict[str, _RunState] = {}
         self._runs_lock = threading.Lock()
         self._tallies: dict[tuple[str, str], _Tally] = {}
@@ -275,6 +281,9 @@ class Gateway:
         except _Denial as denial:
             await self._deny(call, denial, send)
         finally:
+            if call.admitted:  # ended without an event (cancelled): give the room back
+                call.admitted = False
+                self.room.leave()
             if call.tracked:
                 self._track(call, -1)
 
@@ -445,6 +454,7 @@ class Gateway:
         call.tracked = True
         raw = await self._read_body(call, scope, receive)
         call.request_bytes = raw
+        await self._admit(call, receive)
         self._still_live(scope)
         body = _parse_chat(raw)
         call.stream = bool(body.get("stream"))
@@ -465,6 +475,53 @@ class Gateway:
             await self._forward_stream(call, forwarded, body, receive, send)
         else:
             await self._forward(call, forwarded, send)
+
+    async def _admit(self, call: _Call, receive: Receive) -> None:
+        """Take room for this call's event before anything is forwarded (EventRoom).
+
+        While the writer is behind, the call waits here: it is already in flight, so
+        ``close_trial`` waits for it, and its token is checked again after the wait. A
+        client that leaves meanwhile, a writer that fails, or HOLD_TIMEOUT_S of waiting
+        ends the call unforwarded (each recorded as a denial).
+        """
+        if self.room.try_admit():
+            call.admitted = True
+            return
+        waiting = asyncio.ensure_future(self.room.admit(HOLD_TIMEOUT_S))
+        gone: asyncio.Future[Message] = asyncio.ensure_future(receive())
+        try:
+            while True:
+                either: set[asyncio.Future[Any]] = {waiting, gone}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if waiting.done():
+                    break
+                if gone.result().get("type") == "http.disconnect":
+                    raise _Denial(
+                        400, "invalid_request_error", "client_gone", "client disconnected"
+                    )
+                gone = asyncio.ensure_future(receive())  # not a disconnect: keep listening
+        finally:
+            if not gone.done():
+                gone.cancel()  # nothing is lost: a pending receive gives up no message
+            if not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+            if waiting.done() and not waiting.cancelled() and waiting.result() is None:
+                call.admitted = True  # released below by _record, or by __call__
+        why = waiting.result()
+        if why == "failed":
+            raise _Denial(
+                503, "server_error", "ledger_unavailable", "the gateway cannot write its ledger"
+            )
+        if why == "timeout":
+            raise _Denial(
+                503,
+                "server_error",
+                "ledger_behind",
+                f"the gateway's event writer is behind (waited {HOLD_TIMEOUT_S:.0f} s)",
+                retry=True,
+            )
 
     def _still_live(self, scope: Scope) -> None:
         token = bearer_token(scope)
@@ -756,7 +813,7 @@ class Gateway:
                 safety=denial.safety,
                 extra_runs=denial.extra_runs,
             )
-        headers = [JSON_TYPE, NO_RETRY]
+        headers = [JSON_TYPE] if denial.retry else [JSON_TYPE, NO_RETRY]
         if call.run_id is not None:
             headers.append((b"x-holedger-call-id", call.call_id.encode()))
         body = error_body(denial.message, denial.err_type, denial.code, denial.param)
@@ -781,23 +838,28 @@ class Gateway:
             return
         # The event is built, digested and signed on the writer thread: only a snapshot
         # is taken here, in decision order.
+        # Only what the blobs keep (the first blob_cap bytes) stays in memory until written.
+        cap = self.config.blob_cap_bytes
+        snapshot = copy.copy(call)
+        snapshot.request_bytes = call.request_bytes[:cap]
         outcome = _Outcome(
-            call=copy.copy(call),
+            call=snapshot,
             allowed=allowed,
             status=status,
             code=code,
             reason=reason,
             tokens=tokens,
-            response=response,
+            response=response[:cap],
             usage_estimated=usage_estimated,
             model_reported=model_reported,
             safety=safety,
             latency_ms=int((time.perf_counter() - call.t0) * 1000),
-            blob_cap=self.config.blob_cap_bytes,
+            blob_cap=cap,
         )
         for other in extra_runs or []:
             self.writer.submit(Submission(other, build=outcome.violation))
-        self.writer.submit(Submission(call.run_id, build=outcome.events))
+        self.room.submit(Submission(call.run_id, build=outcome.events), admitted=call.admitted)
+        call.admitted = False
         if call.trial_id is not None:
             with self._tally_cond:
                 tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())

@@ -35,6 +35,9 @@ DEFAULT_MEDIA_TOKENS = 2500
 # crash loses the events not yet written (normally this long's worth of answered calls;
 # more when the writer cannot keep up).
 DEFAULT_EVENT_LINGER_S = 0.05
+# At most this many forwarded calls may have events not yet written (what a crash could
+# lose); beyond it new calls wait for the writer before they are forwarded.
+DEFAULT_EVENT_BACKLOG = 1024
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class GatewayConfig:
     blob_cap_bytes: int = DEFAULT_BLOB_CAP_BYTES
     media_part_tokens: int = DEFAULT_MEDIA_TOKENS
     event_linger_s: float = DEFAULT_EVENT_LINGER_S
+    event_backlog: int = DEFAULT_EVENT_BACKLOG
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GatewayConfig:
@@ -95,6 +99,7 @@ class GatewayConfig:
             "blob_cap_bytes",
             "media_part_tokens",
             "event_linger_s",
+            "event_backlog",
         }
         unknown = sorted(set(data) - known)
         if unknown:
@@ -123,6 +128,7 @@ class GatewayConfig:
                 blob_cap_bytes=int(data.get("blob_cap_bytes", DEFAULT_BLOB_CAP_BYTES)),
                 media_part_tokens=int(data.get("media_part_tokens", DEFAULT_MEDIA_TOKENS)),
                 event_linger_s=_linger(data.get("event_linger_s", DEFAULT_EVENT_LINGER_S)),
+                event_backlog=_backlog(data.get("event_backlog", DEFAULT_EVENT_BACKLOG)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"bad gateway setting: {exc}") from exc
@@ -146,3 +152,9 @@ def _linger(value: Any) -> float:
     if not 0 <= linger <= 5:
         raise ValueError(f"event_linger_s must be between 0 and 5 seconds, not {value}")
     return linger
+
+
+def _backlog(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1_000_000:
+        return value
+    raise ValueError(f"event_backlog must be a whole number from 1 to 1000000, not {value!r}")

@@ -4,14 +4,20 @@ Calls are answered without waiting for the database; the writer keeps the order 
 events were submitted (per run), groups what is waiting into one atomic batch per run, and
 retries on a conflict with another writer of the same run. If writing fails, the gateway
 stops forwarding (it fails closed) until the writer recovers.
+
+:class:`EventRoom` bounds what a crash could lose: a call is forwarded only while fewer
+than ``limit`` forwarded calls have events not yet written; beyond that it waits, on its
+own event loop, until the writer has caught up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -60,6 +66,9 @@ class EventWriter:
         self._submitted = 0
         self._done = 0
         self.failure: str | None = None
+        # Called on the writer thread when submissions have been written, and when
+        # writing starts failing (so whoever waits for room can look again).
+        self.on_progress: Callable[[], None] | None = None
         self._abandon = False
         self._thread = threading.Thread(target=self._run, name="holedger-gateway-writer")
         self._thread.daemon = True
@@ -104,8 +113,17 @@ class EventWriter:
                 with self._cond:
                     self._done += len(batch)
                     self._cond.notify_all()
+                self._progress()
             if stop:
                 return
+
+    def _progress(self) -> None:
+        hook = self.on_progress
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # a waiter's trouble must not stop the writer
+                log.exception("gateway event writer: progress hook failed")
 
     def _collect(self) -> tuple[list[Submission], bool]:
         """The next batch, and whether the writer should stop after writing it."""
@@ -179,9 +197,101 @@ class EventWriter:
             except LedgerConflictError:
                 time.sleep(0.001 * min(attempt + 1, 50))  # another writer of the run: retry
             except Exception as exc:  # keep the thread alive; the gateway fails closed
-                if self.failure is None:
+                first = self.failure is None
+                if first:
                     log.error("gateway event write failed: %s: %s", type(exc).__name__, exc)
                 self.failure = f"{type(exc).__name__}: {exc}"
+                if first:
+                    self._progress()  # calls waiting for room now fail closed
                 time.sleep(min(1.0, 0.05 * (attempt + 1)))
             attempt += 1
         log.error("gateway event writer stopped with events unwritten: %s", self.failure)
+
+
+class EventRoom:
+    """At most ``limit`` forwarded calls with events not yet written.
+
+    A call asks for room (:meth:`admit`) after it is authenticated and counted in flight,
+    before it is forwarded; it gives the room back by handing its events to the writer
+    (:meth:`submit`) or, if it ends without an event, :meth:`leave`. Room exists while
+    the writer's backlog plus the calls admitted and not yet submitted is below
+    ``limit``: both are counted under one lock, so the bound holds however many calls
+    arrive at once. Waiting calls are woken by the writer as it writes; nothing polls.
+    """
+
+    def __init__(self, writer: EventWriter, limit: int) -> None:
+        self.writer = writer
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        writer.on_progress = self.wake
+
+    @property
+    def owed(self) -> int:
+        """Forwarded (or about to be) calls and submissions whose events are unwritten."""
+        return self.writer.backlog + self._admitted
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def try_admit(self) -> bool:
+        """Take room if there is some now (the common case: no waiting, no task)."""
+        with self._lock:
+            if self.writer.failure is None and self.writer.backlog + self._admitted < self.limit:
+                self._admitted += 1
+                return True
+            return False
+
+    async def admit(self, timeout_s: float) -> str | None:
+        """Wait for room and take it: None once admitted, else why not ("failed" when
+        the writer cannot write, "timeout" after ``timeout_s``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            with self._lock:
+                if self.writer.failure is not None:
+                    return "failed"
+                if self.writer.backlog + self._admitted < self.limit:
+                    self._admitted += 1
+                    return None
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._waiters.append((loop, waiter))
+            remaining = deadline - loop.time()
+            try:
+                if remaining > 0:
+                    await asyncio.wait({waiter}, timeout=remaining)
+            finally:
+                with self._lock:
+                    if (loop, waiter) in self._waiters:
+                        self._waiters.remove((loop, waiter))
+            if not waiter.done():
+                return "timeout"
+
+    def submit(self, item: Submission, *, admitted: bool) -> None:
+        """Hand ``item`` to the writer; an admitted call's room passes to its events."""
+        with self._lock:
+            self.writer.submit(item)
+            if admitted:
+                self._admitted -= 1
+
+    def leave(self) -> None:
+        """An admitted call ended without submitting an event."""
+        with self._lock:
+            self._admitted -= 1
+
+    def wake(self) -> None:
+        """Let every waiting call look again (from any thread)."""
+        with self._lock:
+            waiters, self._waiters = self._waiters, deque()
+        for loop, waiter in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, waiter)
+            except RuntimeError:  # that loop has closed: its call is gone with it
+                pass
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
