@@ -454,7 +454,7 @@ class Gateway:
         call.tracked = True
         raw = await self._read_body(call, scope, receive)
         call.request_bytes = raw
-        await self._admit(call, receive)
+        await self._admit(call, scope, receive)
         self._still_live(scope)
         body = _parse_chat(raw)
         call.stream = bool(body.get("stream"))
@@ -476,7 +476,7 @@ class Gateway:
         else:
             await self._forward(call, forwarded, send)
 
-    async def _admit(self, call: _Call, receive: Receive) -> None:
+    async def _admit(self, call: _Call, scope: Scope, receive: Receive) -> None:
         """Take room for this call's event before anything is forwarded (EventRoom).
 
         While the writer is behind, the call waits here: it is already in flight, so
@@ -510,6 +510,8 @@ class Gateway:
             if waiting.done() and not waiting.cancelled() and waiting.result() is None:
                 call.admitted = True  # released below by _record, or by __call__
         why = waiting.result()
+        if why is not None:
+            self._still_live(scope)  # a trial that ended meanwhile: its own call, refused
         if why == "failed":
             raise _Denial(
                 503, "server_error", "ledger_unavailable", "the gateway cannot write its ledger"
@@ -519,7 +521,8 @@ class Gateway:
                 503,
                 "server_error",
                 "ledger_behind",
-                f"the gateway's event writer is behind (waited {HOLD_TIMEOUT_S:.0f} s)",
+                f"{self.room.limit} forwarded calls have events not yet written "
+                f"(event_backlog); waited {HOLD_TIMEOUT_S:g} s for one of them",
                 retry=True,
             )
 

@@ -79,10 +79,18 @@ class EventWriter:
         """The writer thread's operating-system id (to read its CPU time)."""
         return self._thread.native_id
 
-    def submit(self, item: Submission) -> None:
-        with self._cond:
+    def submit(self, item: Submission) -> int:
+        """Queue ``item``; returns its number. Items are written in this order, so item
+        ``n`` is written once ``written >= n``."""
+        with self._cond:  # numbered and queued in one step: queue order is number order
             self._submitted += 1
-        self._queue.put(item)
+            self._queue.put(item)
+            return self._submitted
+
+    @property
+    def written(self) -> int:
+        """How many submissions have been written (the first ``written`` numbers)."""
+        return self._done
 
     @property
     def backlog(self) -> int:
@@ -209,89 +217,128 @@ class EventWriter:
 
 
 class EventRoom:
-    """At most ``limit`` forwarded calls with events not yet written.
+    """At most ``limit`` forwarded calls whose events are not yet written.
 
-    A call asks for room (:meth:`admit`) after it is authenticated and counted in flight,
-    before it is forwarded; it gives the room back by handing its events to the writer
-    (:meth:`submit`) or, if it ends without an event, :meth:`leave`. Room exists while
-    the writer's backlog plus the calls admitted and not yet submitted is below
-    ``limit``: both are counted under one lock, so the bound holds however many calls
-    arrive at once. Waiting calls are woken by the writer as it writes; nothing polls.
+    A call asks for room (:meth:`try_admit`, then :meth:`admit`) after it is authenticated
+    and counted in flight, before it is forwarded. It holds the room while it is forwarded
+    and until its event is written: :meth:`submit` ties the room to the event's number in
+    the writer's order, and the room comes free once the writer has written that far. A
+    call that ends without an event gives its room back with :meth:`leave`. Events of
+    calls that were never forwarded (refusals) take no room. Everything is counted under
+    one lock, so the bound holds however many calls arrive at once.
+
+    Waiting calls are served first come, first served: room that comes free (the writer
+    wrote, a call left) is handed to the oldest waiters directly, on their own event
+    loops; nothing polls, and new arrivals do not pass those already waiting.
     """
 
     def __init__(self, writer: EventWriter, limit: int) -> None:
         self.writer = writer
         self.limit = limit
         self._lock = threading.Lock()
-        self._admitted = 0
-        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        self._forwarding = 0  # admitted, event not yet submitted
+        self._unwritten: deque[int] = deque()  # numbers of admitted calls' events
+        self._waiters: dict[int, _Waiter] = {}  # insertion order is arrival order
         writer.on_progress = self.wake
+
+    def _owed(self) -> int:
+        """Under the lock: admitted calls whose events are not written."""
+        written = self.writer.written
+        unwritten = self._unwritten
+        while unwritten and unwritten[0] <= written:
+            unwritten.popleft()
+        return self._forwarding + len(unwritten)
 
     @property
     def owed(self) -> int:
-        """Forwarded (or about to be) calls and submissions whose events are unwritten."""
-        return self.writer.backlog + self._admitted
+        with self._lock:
+            return self._owed()
 
     @property
     def waiting(self) -> int:
         return len(self._waiters)
 
     def try_admit(self) -> bool:
-        """Take room if there is some now (the common case: no waiting, no task)."""
+        """Take room if there is some now and nobody waits (the common case)."""
         with self._lock:
-            if self.writer.failure is None and self.writer.backlog + self._admitted < self.limit:
-                self._admitted += 1
+            if self.writer.failure is None and not self._waiters and self._owed() < self.limit:
+                self._forwarding += 1
                 return True
             return False
 
     async def admit(self, timeout_s: float) -> str | None:
-        """Wait for room and take it: None once admitted, else why not ("failed" when
-        the writer cannot write, "timeout" after ``timeout_s``)."""
+        """Wait for room, in arrival order: None once admitted, else why not ("failed"
+        when the writer cannot write, "timeout" after ``timeout_s``)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            with self._lock:
-                if self.writer.failure is not None:
-                    return "failed"
-                if self.writer.backlog + self._admitted < self.limit:
-                    self._admitted += 1
-                    return None
-                waiter: asyncio.Future[None] = loop.create_future()
-                self._waiters.append((loop, waiter))
-            remaining = deadline - loop.time()
-            try:
-                if remaining > 0:
-                    await asyncio.wait({waiter}, timeout=remaining)
-            finally:
-                with self._lock:
-                    if (loop, waiter) in self._waiters:
-                        self._waiters.remove((loop, waiter))
-            if not waiter.done():
-                return "timeout"
+        waiter = _Waiter(loop, loop.create_future())
+        with self._lock:
+            if self.writer.failure is not None:
+                return "failed"
+            if not self._waiters and self._owed() < self.limit:
+                self._forwarding += 1
+                return None
+            self._waiters[id(waiter)] = waiter
+        try:
+            await asyncio.wait({waiter.future}, timeout=timeout_s)
+        except BaseException:  # cancelled (the client left): room handed over goes back
+            if self._withdraw(waiter):
+                self.leave()
+            raise
+        if self._withdraw(waiter):
+            return None
+        return "failed" if self.writer.failure is not None else "timeout"
+
+    def _withdraw(self, waiter: _Waiter) -> bool:
+        """Stop waiting; True when room was handed to ``waiter`` meanwhile."""
+        with self._lock:
+            self._waiters.pop(id(waiter), None)
+            return waiter.granted
 
     def submit(self, item: Submission, *, admitted: bool) -> None:
-        """Hand ``item`` to the writer; an admitted call's room passes to its events."""
+        """Hand ``item`` to the writer; an admitted call's room passes to its event."""
         with self._lock:
-            self.writer.submit(item)
+            number = self.writer.submit(item)
             if admitted:
-                self._admitted -= 1
+                self._forwarding -= 1
+                self._unwritten.append(number)
 
     def leave(self) -> None:
-        """An admitted call ended without submitting an event."""
+        """An admitted call ended without submitting an event: its room is free."""
         with self._lock:
-            self._admitted -= 1
+            self._forwarding -= 1
+        self.wake()
 
     def wake(self) -> None:
-        """Let every waiting call look again (from any thread)."""
+        """Hand free room to the oldest waiters; if the writer has failed, tell them all
+        (they fail closed). Safe from any thread."""
+        woken: list[_Waiter] = []
         with self._lock:
-            waiters, self._waiters = self._waiters, deque()
-        for loop, waiter in waiters:
+            failed = self.writer.failure is not None
+            free = 0 if failed else self.limit - self._owed()
+            while self._waiters and (failed or free > 0):
+                key = next(iter(self._waiters))
+                waiter = self._waiters.pop(key)
+                if not failed:
+                    waiter.granted = True
+                    self._forwarding += 1
+                    free -= 1
+                woken.append(waiter)
+        for waiter in woken:
             try:
-                loop.call_soon_threadsafe(_resolve, waiter)
+                waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
             except RuntimeError:  # that loop has closed: its call is gone with it
-                pass
+                if waiter.granted:
+                    with self._lock:
+                        self._forwarding -= 1
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+@dataclass(eq=False)
+class _Waiter:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+    granted: bool = False  # room was handed to it (it is admitted)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -104,9 +104,9 @@ def test_no_more_than_the_bound_is_forwarded_while_the_writer_is_behind(
     submitted: list[Submission] = []
     submit = env.gateway.writer.submit
 
-    def keep(item: Submission) -> None:
+    def keep(item: Submission) -> int:
         submitted.append(item)
-        submit(item)
+        return submit(item)
 
     env.gateway.writer.submit = keep  # type: ignore[method-assign]
     tokens = [env.trial_token(f"t{i}") for i in range(20)]
@@ -234,3 +234,90 @@ def test_config_file_sets_the_bound(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text('[gateway]\nupstream = "simulator"\nevent_backlog = 16\n')
     assert GatewayConfig.load(path).event_backlog == 16
+
+
+def test_a_trial_closed_while_its_call_waits_out_the_hold_is_refused_as_revoked(
+    gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait runs out after the trial ended: the answer must be the final token_revoked,
+    # not a retryable ledger_behind whose retry would look like a smuggled token.
+    env, gate = gated
+    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 0.5)
+    token = env.trial_token("t1")
+    thread, out = in_background(lambda: fire(env, [token] * 5))
+    until(lambda: env.gateway.room.waiting == 1, "the fifth call waits")
+    closer, _ = in_background(lambda: env.gateway.close_trial(env.run_id, "t1"))
+    thread.join(60)
+    [refused] = [a for a in out[0] if a.status_code == 403]
+    assert refused.json()["error"]["code"] == "token_revoked"
+    assert refused.headers["x-should-retry"] == "false"
+    gate.opened.set()
+    closer.join(60)
+    assert len(upstream.bodies) == 4
+    assert "SafetyViolation" not in env.types()
+
+
+class FailOnce:
+    """An upstream whose first call breaks (an exception, no answer) once released."""
+
+    def __init__(self, inner: CountingUpstream) -> None:
+        self.inner = inner
+        self.inside = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.calls += 1
+            if self.calls == 1:
+                self.inside.set()
+                while not self.release.is_set():
+                    await asyncio.sleep(0.01)
+                raise RuntimeError("the upstream broke (test)")
+        await self.inner(scope, receive, send)
+
+
+def test_room_left_by_a_call_without_an_event_goes_to_the_next_waiter(
+    sqlite_url: str, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer is stuck, so only the leaving call can free the room: the waiter must
+    # get it then, not after its wait runs out.
+    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 10.0)
+    broken = FailOnce(upstream)
+    config = GatewayConfig(upstream=UpstreamConfig(simulator=True), event_backlog=1)
+    env = open_env(sqlite_url, make_terms(), config, upstream_app=broken)
+    gate = Gate(env.ledger)
+    try:
+        first, first_out = in_background(lambda: fire(env, [env.trial_token("a")]))
+        assert broken.inside.wait(20)
+        second, second_out = in_background(lambda: fire(env, [env.trial_token("b")]))
+        until(lambda: env.gateway.room.waiting == 1, "the second call waits")
+        broken.release.set()
+        second.join(60)
+        first.join(60)
+        [answer] = second_out[0]
+        assert answer.status_code == 200, answer.text
+        assert first_out[0][0].status_code == 500
+    finally:
+        gate.opened.set()
+        close_env(env)
+    assert env.gateway.room.owed == 0
+
+
+def test_events_of_calls_never_forwarded_take_no_room(
+    gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Model listings (answered by the gateway itself) pile up unwritten behind the stuck
+    # writer; a chat call must still be forwarded at once, the room being empty.
+    env, gate = gated
+    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 0.5)
+    token = env.trial_token("t1")
+    with httpx.Client(base_url=env.base_url, timeout=30) as client:
+        for _ in range(10):
+            listing = client.get("/models", headers={"authorization": f"Bearer {token}"})
+            assert listing.status_code == 200
+    assert env.gateway.writer.backlog >= 10 and env.gateway.room.owed == 0
+    [answer] = fire(env, [token])
+    assert answer.status_code == 200, answer.text
+    assert len(upstream.bodies) == 1
+    gate.opened.set()
