@@ -550,7 +550,11 @@ class Gateway:
             options = dict(options) if isinstance(options, dict) else {}
             options["include_usage"] = True
             out["stream_options"] = options
-        return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"): keep it as an escape
+            return json.dumps(out, separators=(",", ":")).encode()
 
     def _reserve(self, call: _Call, claims: TokenClaims, size: int, body: dict[str, Any]) -> None:
         max_tokens = call.max_tokens_imposed or requested_max_tokens(body) or 0

@@ -181,3 +181,16 @@ def test_non_chat_endpoint_without_a_token_is_404_and_unrecorded(env: Env) -> No
     resp = httpx.post(env.base_url + "/embeddings", json={}, timeout=10)
     assert_openai_error(resp, 404, "unknown_endpoint")
     assert env.calls() == []
+
+
+def test_a_lone_surrogate_escape_is_forwarded_escaped_and_recorded(
+    env: Env, upstream: CountingUpstream
+) -> None:
+    # JSON may spell a lone surrogate ("\ud800"); it has no UTF-8 form, so the gateway
+    # forwards it as the same escape instead of failing the call without an event.
+    body = b'{"model": "holedger-sim-1", "messages": [{"role": "user", "content": "a\\ud800b"}]}'
+    resp = post(env, body, env.trial_token())
+    assert resp.status_code == 200, resp.text
+    assert upstream.bodies[-1]["messages"][0]["content"] == "a\ud800b"
+    [call] = env.calls()
+    assert call.allowed and call.status == 200 and call.request_digest is not None
