@@ -239,6 +239,7 @@ class Gateway:
         """End a trial: revoke its tokens, wait for its calls in flight, write their events,
         and return its totals (what TrialCompleted.tokens and .gateway_calls must say)."""
         self.tokens.revoke_trial(run_id, trial_id)
+        self.room.withdraw((run_id, trial_id))  # its calls waiting for room end now
         with self._tally_cond:
             self._tally_cond.wait_for(
                 lambda: self._tallies.get((run_id, trial_id), _Tally()).in_flight == 0,
@@ -454,7 +455,6 @@ class Gateway:
         call.tracked = True
         raw = await self._read_body(call, scope, receive)
         call.request_bytes = raw
-        await self._admit(call, scope, receive)
         self._still_live(scope)
         body = _parse_chat(raw)
         call.stream = bool(body.get("stream"))
@@ -470,6 +470,9 @@ class Gateway:
             )
         call.model_served = self.config.aliases.get(body["model"], body["model"])
         forwarded = self._rewrite(call, body)
+        # Every refusal the request itself earns is decided above; only a call that would
+        # be forwarded waits for room.
+        await self._admit(call, scope, receive)
         self._reserve(call, claims, len(forwarded), body)
         if call.stream:
             await self._forward_stream(call, forwarded, body, receive, send)
@@ -480,14 +483,15 @@ class Gateway:
         """Take room for this call's event before anything is forwarded (EventRoom).
 
         While the writer is behind, the call waits here: it is already in flight, so
-        ``close_trial`` waits for it, and its token is checked again after the wait. A
-        client that leaves meanwhile, a writer that fails, or HOLD_TIMEOUT_S of waiting
-        ends the call unforwarded (each recorded as a denial).
+        ``close_trial`` counts it (and ends its wait), and its token is checked again
+        after the wait. A client that leaves meanwhile, a writer that fails, or
+        HOLD_TIMEOUT_S of waiting ends the call unforwarded (each recorded as a denial).
         """
         if self.room.try_admit():
             call.admitted = True
             return
-        waiting = asyncio.ensure_future(self.room.admit(HOLD_TIMEOUT_S))
+        tag = (call.run_id, call.trial_id)
+        waiting = asyncio.ensure_future(self.room.admit(HOLD_TIMEOUT_S, tag))
         gone: asyncio.Future[Message] = asyncio.ensure_future(receive())
         try:
             while True:
@@ -511,12 +515,14 @@ class Gateway:
                 call.admitted = True  # released below by _record, or by __call__
         why = waiting.result()
         if why is not None:
-            self._still_live(scope)  # a trial that ended meanwhile: its own call, refused
+            # a trial that ended meanwhile (close_trial withdraws its waiters): its own
+            # call, refused as such, finally
+            self._still_live(scope)
         if why == "failed":
             raise _Denial(
                 503, "server_error", "ledger_unavailable", "the gateway cannot write its ledger"
             )
-        if why == "timeout":
+        if why in ("timeout", "withdrawn"):
             raise _Denial(
                 503,
                 "server_error",
@@ -865,7 +871,11 @@ class Gateway:
         )
         for other in extra_runs or []:
             self.writer.submit(Submission(other, build=outcome.violation))
-        self.room.submit(Submission(call.run_id, build=outcome.events), admitted=call.admitted)
+        self.room.submit(
+            Submission(call.run_id, build=outcome.events),
+            admitted=call.admitted,
+            forwarded=allowed,
+        )
         call.admitted = False
         if call.trial_id is not None:
             with self._tally_cond:

@@ -219,13 +219,14 @@ class EventWriter:
 class EventRoom:
     """At most ``limit`` forwarded calls whose events are not yet written.
 
-    A call asks for room (:meth:`try_admit`, then :meth:`admit`) after it is authenticated
-    and counted in flight, before it is forwarded. It holds the room while it is forwarded
-    and until its event is written: :meth:`submit` ties the room to the event's number in
-    the writer's order, and the room comes free once the writer has written that far. A
-    call that ends without an event gives its room back with :meth:`leave`. Events of
-    calls that were never forwarded (refusals) take no room. Everything is counted under
-    one lock, so the bound holds however many calls arrive at once.
+    A call asks for room (:meth:`try_admit`, then :meth:`admit`) once it is counted in
+    flight and every refusal of its own is decided, before it is forwarded. It holds the
+    room while it is forwarded and until its event is written: :meth:`submit` ties the
+    room to the event's number in the writer's order, and the room comes free once the
+    writer has written that far. A call refused after it took room (``submit`` with
+    ``forwarded=False``) frees it at once, and one that ends without an event gives it
+    back with :meth:`leave`. Events of calls never forwarded take no room. Everything is
+    counted under one lock, so the bound holds however many calls arrive at once.
 
     Waiting calls are served first come, first served: room that comes free (the writer
     wrote, a call left) is handed to the oldest waiters directly, on their own event
@@ -266,11 +267,12 @@ class EventRoom:
                 return True
             return False
 
-    async def admit(self, timeout_s: float) -> str | None:
+    async def admit(self, timeout_s: float, tag: object = None) -> str | None:
         """Wait for room, in arrival order: None once admitted, else why not ("failed"
-        when the writer cannot write, "timeout" after ``timeout_s``)."""
+        when the writer could not write, "withdrawn" by :meth:`withdraw` of ``tag``,
+        "timeout" after ``timeout_s``)."""
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop, loop.create_future())
+        waiter = _Waiter(loop, loop.create_future(), tag)
         with self._lock:
             if self.writer.failure is not None:
                 return "failed"
@@ -286,7 +288,7 @@ class EventRoom:
             raise
         if self._withdraw(waiter):
             return None
-        return "failed" if self.writer.failure is not None else "timeout"
+        return waiter.ended or "timeout"
 
     def _withdraw(self, waiter: _Waiter) -> bool:
         """Stop waiting; True when room was handed to ``waiter`` meanwhile."""
@@ -294,13 +296,28 @@ class EventRoom:
             self._waiters.pop(id(waiter), None)
             return waiter.granted
 
-    def submit(self, item: Submission, *, admitted: bool) -> None:
-        """Hand ``item`` to the writer; an admitted call's room passes to its event."""
+    def submit(self, item: Submission, *, admitted: bool, forwarded: bool) -> None:
+        """Hand ``item`` to the writer. An admitted call's room passes to its event when
+        the call was forwarded, and comes free at once when it was not (a refusal)."""
         with self._lock:
             number = self.writer.submit(item)
             if admitted:
                 self._forwarding -= 1
-                self._unwritten.append(number)
+                if forwarded:
+                    self._unwritten.append(number)
+        if admitted and not forwarded:
+            self.wake()
+
+    def withdraw(self, tag: object) -> None:
+        """End the wait of every call waiting under ``tag`` (its trial has ended)."""
+        woken: list[_Waiter] = []
+        with self._lock:
+            for key, waiter in list(self._waiters.items()):
+                if waiter.tag == tag:
+                    del self._waiters[key]
+                    waiter.ended = "withdrawn"
+                    woken.append(waiter)
+        self._resolve_all(woken)
 
     def leave(self) -> None:
         """An admitted call ended without submitting an event: its room is free."""
@@ -318,11 +335,17 @@ class EventRoom:
             while self._waiters and (failed or free > 0):
                 key = next(iter(self._waiters))
                 waiter = self._waiters.pop(key)
-                if not failed:
+                if failed:
+                    waiter.ended = "failed"
+                else:
                     waiter.granted = True
                     self._forwarding += 1
                     free -= 1
                 woken.append(waiter)
+        self._resolve_all(woken)
+
+    def _resolve_all(self, woken: list[_Waiter]) -> None:
+        freed = False
         for waiter in woken:
             try:
                 waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
@@ -330,13 +353,18 @@ class EventRoom:
                 if waiter.granted:
                     with self._lock:
                         self._forwarding -= 1
+                    freed = True
+        if freed:
+            self.wake()  # the room it was handed goes to the next waiter
 
 
 @dataclass(eq=False)
 class _Waiter:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[None]
+    tag: object = None
     granted: bool = False  # room was handed to it (it is admitted)
+    ended: str | None = None  # or why its wait ended without room: "failed", "withdrawn"
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

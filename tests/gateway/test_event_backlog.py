@@ -132,17 +132,19 @@ def test_no_more_than_the_bound_is_forwarded_while_the_writer_is_behind(
 
 
 def test_a_trial_closed_while_its_calls_wait_is_not_accused_of_smuggling(
-    gated: tuple[Env, Gate], upstream: CountingUpstream
+    gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env, gate = gated
+    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 120.0)
     token = env.trial_token("t1")
     thread, out = in_background(lambda: fire(env, [token] * 10))
     until(lambda: env.gateway.room.waiting == 6, "6 calls wait")
     closer, usage = in_background(lambda: env.gateway.close_trial(env.run_id, "t1"))
-    time.sleep(0.5)
-    assert closer.is_alive()  # close_trial waits for the calls that wait for room
+    # close_trial ends their wait: they are refused while the writer is still stuck,
+    # long before the hold (made 120 s here) would have run out
+    thread.join(20)
+    assert not thread.is_alive() and closer.is_alive()  # it still waits for the events
     gate.opened.set()
-    thread.join(60)
     closer.join(60)
     statuses = sorted(a.status_code for a in out[0])
     assert statuses.count(403) == 6 and len(upstream.bodies) == 4
@@ -236,16 +238,18 @@ def test_config_file_sets_the_bound(tmp_path: Path) -> None:
     assert GatewayConfig.load(path).event_backlog == 16
 
 
-def test_a_trial_closed_while_its_call_waits_out_the_hold_is_refused_as_revoked(
+def test_a_call_revoked_elsewhere_while_it_waits_out_the_hold_is_refused_as_revoked(
     gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The wait runs out after the trial ended: the answer must be the final token_revoked,
-    # not a retryable ledger_behind whose retry would look like a smuggled token.
+    # The token is revoked without close_trial (as another process would), and the wait
+    # runs out: the answer must be the final token_revoked, not a retryable ledger_behind
+    # whose retry would look like a smuggled token.
     env, gate = gated
     monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 0.5)
     token = env.trial_token("t1")
     thread, out = in_background(lambda: fire(env, [token] * 5))
     until(lambda: env.gateway.room.waiting == 1, "the fifth call waits")
+    env.tokens.revoke_trial(env.run_id, "t1")
     closer, _ = in_background(lambda: env.gateway.close_trial(env.run_id, "t1"))
     thread.join(60)
     [refused] = [a for a in out[0] if a.status_code == 403]
@@ -321,3 +325,27 @@ def test_events_of_calls_never_forwarded_take_no_room(
     assert answer.status_code == 200, answer.text
     assert len(upstream.bodies) == 1
     gate.opened.set()
+
+
+def test_requests_refused_on_their_own_merits_never_wait_for_room(
+    gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the room full, a disallowed model and a malformed body are still refused at
+    # once, as what they are (the model probe stays a SafetyViolation), and take no room.
+    env, gate = gated
+    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 5.0)
+    thread, _ = in_background(lambda: fire(env, [env.trial_token(f"t{i}") for i in range(4)]))
+    until(lambda: env.gateway.room.owed == 4, "the room is full")
+    probe = dict(BODY, model="not-allowed-model")
+    with httpx.Client(base_url=env.base_url, timeout=30) as client:
+        headers = {"authorization": f"Bearer {env.trial_token('prober')}"}
+        refused = client.post("/chat/completions", json=probe, headers=headers)
+        malformed = client.post("/chat/completions", content=b"{", headers=headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_allowed"
+    assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "invalid_json"
+    assert env.gateway.room.owed == 4 and env.gateway.room.waiting == 0
+    gate.opened.set()
+    thread.join(60)
+    assert "SafetyViolation" in env.types()
+    [probed] = [c for c in env.calls() if c.trial_id == "prober" and c.model_requested]
+    assert probed.code == "model_not_allowed"
