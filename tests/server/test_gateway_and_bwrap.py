@@ -125,7 +125,14 @@ def test_a_run_under_bubblewrap_records_isolated_trials(
         report = assert_replay_verifies(ledger, run_id)
         isolation = [c for c in report.checks if c.name == "isolation"]
         assert len(isolation) == 1
-        assert all(c.ok for c in isolation), [(c.name, c.detail) for c in report.checks]
+        # on failure, say why: a sandbox that broke is recorded as an unisolated failed
+        # trial with a sandbox_error SafetyViolation carrying the cause
+        errors = [
+            r.payload.get("detail")
+            for r in ledger.records(run_id)
+            if r.type == "SafetyViolation" and r.payload.get("category") == "sandbox_error"
+        ]
+        assert all(c.ok for c in isolation), (isolation[0].detail, errors)
     finally:
         service.close()
         ledger.close()
