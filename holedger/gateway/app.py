@@ -494,6 +494,11 @@ class Gateway:
         waiting = asyncio.ensure_future(self.room.admit(HOLD_TIMEOUT_S, tag))
         gone: asyncio.Future[Message] = asyncio.ensure_future(receive())
         try:
+            # Let the waiter register (a task's first step runs before this one resumes),
+            # then look at the token again: a close_trial that revoked it just before
+            # found no waiter to withdraw.
+            await asyncio.sleep(0)
+            self._still_live(scope)
             while True:
                 either: set[asyncio.Future[Any]] = {waiting, gone}
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -514,10 +519,9 @@ class Gateway:
             if waiting.done() and not waiting.cancelled() and waiting.result() is None:
                 call.admitted = True  # released below by _record, or by __call__
         why = waiting.result()
-        if why is not None:
-            # a trial that ended meanwhile (close_trial withdraws its waiters): its own
-            # call, refused as such, finally
-            self._still_live(scope)
+        # However the wait ended, granted or not: a trial that ended meanwhile
+        # (close_trial withdraws its waiters) has its own call refused as such, finally.
+        self._still_live(scope)
         if why == "failed":
             raise _Denial(
                 503, "server_error", "ledger_unavailable", "the gateway cannot write its ledger"

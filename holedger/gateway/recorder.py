@@ -328,6 +328,10 @@ class EventRoom:
     def wake(self) -> None:
         """Hand free room to the oldest waiters; if the writer has failed, tell them all
         (they fail closed). Safe from any thread."""
+        while self._wake_once():
+            pass  # room handed to a waiter on a closed loop came back: hand it on
+
+    def _wake_once(self) -> bool:
         woken: list[_Waiter] = []
         with self._lock:
             failed = self.writer.failure is not None
@@ -342,9 +346,10 @@ class EventRoom:
                     self._forwarding += 1
                     free -= 1
                 woken.append(waiter)
-        self._resolve_all(woken)
+        return self._resolve_all(woken)
 
-    def _resolve_all(self, woken: list[_Waiter]) -> None:
+    def _resolve_all(self, woken: list[_Waiter]) -> bool:
+        """Resolve the waiters' futures; True when room granted to one came back."""
         freed = False
         for waiter in woken:
             try:
@@ -354,8 +359,7 @@ class EventRoom:
                     with self._lock:
                         self._forwarding -= 1
                     freed = True
-        if freed:
-            self.wake()  # the room it was handed goes to the next waiter
+        return freed
 
 
 @dataclass(eq=False)

@@ -349,3 +349,23 @@ def test_requests_refused_on_their_own_merits_never_wait_for_room(
     assert "SafetyViolation" in env.types()
     [probed] = [c for c in env.calls() if c.trial_id == "prober" and c.model_requested]
     assert probed.code == "model_not_allowed"
+
+
+def test_a_call_granted_room_after_its_token_died_is_not_forwarded(
+    gated: tuple[Env, Gate], upstream: CountingUpstream
+) -> None:
+    # The token dies while the call waits (revoked elsewhere, no close_trial); room then
+    # comes free and is handed to the call, which must still be refused, not forwarded.
+    env, gate = gated
+    tokens = [env.trial_token(f"t{i}") for i in range(4)] + [env.trial_token("late")]
+    thread, out = in_background(lambda: fire(env, tokens))
+    until(lambda: env.gateway.room.waiting == 1, "the fifth call waits")
+    env.tokens.revoke_trial(env.run_id, "late")
+    gate.opened.set()
+    thread.join(60)
+    late = out[0][-1]
+    assert late.status_code == 403 and late.json()["error"]["code"] == "token_revoked"
+    assert len(upstream.bodies) == 4
+    [call] = [c for c in env.calls() if c.trial_id == "late"]
+    assert not call.allowed and call.reservation_index is None
+    assert env.gateway.room.owed == 0
