@@ -695,7 +695,7 @@ class Gateway:
         )
         body = error_body(reason, "upstream_error", "upstream_unreachable")
         await send_bytes(
-            send, 502, body, [JSON_TYPE, (b"x-holedger-call-id", call.call_id.encode())]
+            send, 502, body, [JSON_TYPE, NO_RETRY, (b"x-holedger-call-id", call.call_id.encode())]
         )
 
     async def _forward_stream(

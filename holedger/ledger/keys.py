@@ -213,22 +213,25 @@ def vkey_parts(text: str, hint: str = VKEY_HINT) -> tuple[str, str, bytes, str]:
 
 
 def load_trusted_keys(values: list[str]) -> list[PublicKey]:
-    """Keys given on the command line: a vkey text, or a file of vkeys (one per line)."""
+    """Keys given on the command line: a vkey text, or a keyring file of vkeys (one per
+    line; blank lines and ``#`` comments skipped). A keyring holding no key is refused:
+    pinning nothing would silently trust whatever keys the log declares."""
+    hint = "give a vkey as printed by 'holedger keys show', or a file of them"
     keys: list[PublicKey] = []
     for value in values:
         path = Path(value)
-        if "+" not in value and path.exists():
-            lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-            lines = [ln for ln in lines if not ln.lstrip().startswith("#")]
-            keys.extend(PublicKey.from_vkey(line) for line in lines)
-        elif path.is_file():
-            lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-            keys.extend(PublicKey.from_vkey(ln) for ln in lines if not ln.startswith("#"))
-        elif "+" not in value:  # neither a key nor an existing file: most likely a file name
+        if value and path.is_file():
+            lines = [ln.strip() for ln in path.read_text().splitlines()]
+            found = [PublicKey.from_vkey(ln) for ln in lines if ln and not ln.startswith("#")]
+            if not found:
+                raise UsageError(f"no verifier key in keyring file {value}", hint=hint)
+            keys.extend(found)
+        elif "+" in value:
+            keys.append(PublicKey.from_vkey(value))
+        elif value and not path.exists():  # most likely a mistyped file name
             raise NotFoundError(
-                f"no keyring file at {value} (and it is not a verifier key)",
-                hint="give a vkey as printed by 'holedger keys show', or a file of them",
+                f"no keyring file at {value} (and it is not a verifier key)", hint=hint
             )
         else:
-            keys.append(PublicKey.from_vkey(value))
+            raise UsageError(f"not a verifier key or a keyring file: {value!r}", hint=hint)
     return keys

@@ -314,6 +314,8 @@ def test_the_gateway_charges_a_cut_answer_its_reservation_and_a_refused_one_noth
                 with pytest.raises(openai.APIStatusError) as info:
                     sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES)
                 assert info.value.status_code == 502
+                # final: the upstream may have done (and billed) the work already
+                assert info.value.response.headers["x-should-retry"] == "false"
                 (event,) = env.calls()
                 assert event.status == 502 and event.reason is not None
                 if charged:

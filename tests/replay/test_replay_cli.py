@@ -142,12 +142,20 @@ def test_pinned_keys(home: tuple[Path, str]) -> None:
         ["zz"],
         ["RUN", "--trusted-key", "not-a-key+1234+AAAA"],
         ["RUN", "--trusted-key", "missing.pub"],
+        # neither a key nor a keyring: an empty value, a folder, a keyring without a key
+        # (which would pin nothing and so trust whatever keys the log declares)
+        ["RUN", "--trusted-key", ""],
+        ["RUN", "--trusted-key", "FOLDER"],
+        ["RUN", "--trusted-key", "EMPTY"],
         ["not-a-run-id"],
     ],
 )
 def test_bad_usage_or_unknown_run_exits_2(home: tuple[Path, str], args: list[str]) -> None:
     path, run_id = home
-    args = [run_id if a == "RUN" else a for a in args]
+    empty = path / "empty.pub"
+    empty.write_text("# only a comment\n\n")
+    stand_in = {"RUN": run_id, "FOLDER": str(path), "EMPTY": str(empty)}
+    args = [stand_in.get(a, a) for a in args]
     result = replay(path, *args)
     assert result.exit_code == 2, result.output
     assert result.output.startswith("holedger: error:")
