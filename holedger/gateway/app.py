@@ -871,7 +871,6 @@ class Gateway:
             model_reported=model_reported,
             safety=safety,
             latency_ms=int((time.perf_counter() - call.t0) * 1000),
-            blob_cap=cap,
         )
         for other in extra_runs or []:
             self.writer.submit(Submission(other, build=outcome.violation))
@@ -903,20 +902,18 @@ class _Outcome:
     model_reported: str | None
     safety: str | None
     latency_ms: int
-    blob_cap: int
 
     def events(self) -> tuple[list[tuple[str, BaseModel, Role]], list[bytes]]:
-        call, cap = self.call, self.blob_cap
+        # The bodies were cut to blob_cap_bytes when the snapshot was taken (_record).
+        call = self.call
         blobs: list[bytes] = []
         req_digest = resp_digest = None
         if call.request_bytes:
-            blob = call.request_bytes[:cap]
-            blobs.append(blob)
-            req_digest = hashlib.sha256(blob).hexdigest()
+            blobs.append(call.request_bytes)
+            req_digest = hashlib.sha256(call.request_bytes).hexdigest()
         if self.response:
-            blob = self.response[:cap]
-            blobs.append(blob)
-            resp_digest = hashlib.sha256(blob).hexdigest()
+            blobs.append(self.response)
+            resp_digest = hashlib.sha256(self.response).hexdigest()
         event = GatewayCall(
             call_id=call.call_id,
             scope=call.scope,

@@ -259,13 +259,17 @@ class EventRoom:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def _take_free(self) -> bool:
+        """Under the lock: take room if there is some and nobody waits ahead."""
+        if not self._waiters and self._owed() < self.limit:
+            self._forwarding += 1
+            return True
+        return False
+
     def try_admit(self) -> bool:
         """Take room if there is some now and nobody waits (the common case)."""
         with self._lock:
-            if self.writer.failure is None and not self._waiters and self._owed() < self.limit:
-                self._forwarding += 1
-                return True
-            return False
+            return self.writer.failure is None and self._take_free()
 
     async def admit(self, timeout_s: float, tag: object = None) -> str | None:
         """Wait for room, in arrival order: None once admitted, else why not ("failed"
@@ -276,8 +280,7 @@ class EventRoom:
         with self._lock:
             if self.writer.failure is not None:
                 return "failed"
-            if not self._waiters and self._owed() < self.limit:
-                self._forwarding += 1
+            if self._take_free():
                 return None
             self._waiters[id(waiter)] = waiter
         try:
