@@ -122,7 +122,9 @@ class _Worker:
 
     def ready(self) -> bool:
         """Whether the oldest job's summary can be received without waiting."""
-        return bool(select.select([self.results], [], [], 0)[0])
+        poller = select.poll()  # not select(): it refuses descriptors of 1024 and up
+        poller.register(self.results.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     def receive(self) -> ChunkSummary | None:
         """The summary of the oldest job sent (summaries come back in order)."""

@@ -38,7 +38,6 @@ import math
 import os
 import re
 import resource
-import select
 import shutil
 import signal
 import socket
@@ -60,6 +59,7 @@ from holedger.sandboxes.common import (
     pidns_members,
     pidns_of,
     proc_status,
+    readable,
     sandbox_env,
     trial_result,
 )
@@ -649,7 +649,7 @@ class _Trial:
         if init_fd is not None:
             # The init dies with bwrap (--die-with-parent) and takes the namespace along;
             # once it is gone nothing of the sandbox is left for the cgroup sweep to find.
-            select.select([init_fd], [], [], 1.0)
+            readable(init_fd, 1.0)
         # The sweep finds nothing unless something outlived the namespace's end; only then
         # is there more to check.
         swept = cg.kill_all() if cg is not None else None
@@ -688,8 +688,7 @@ class _Trial:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None, True, False
-            ready, _, _ = select.select([status_r], [], [], min(POLL_S, left))
-            if ready:
+            if readable(status_r, min(POLL_S, left)):
                 chunk = os.read(status_r, 64)
                 if not chunk:
                     return (buf.decode().strip() or None), False, False
@@ -748,8 +747,7 @@ def _read_child_pid(info_r: int, timeout_s: float, parent: int | None = None) ->
     bwrap writes the pid first, in one write, then the namespace ids, then closes its end;
     with ``parent`` (bwrap's pid) a pid seen in the first write is taken at once when it is
     bwrap's child, instead of waiting for the rest."""
-    ready, _, _ = select.select([info_r], [], [], timeout_s)
-    if not ready:
+    if not readable(info_r, timeout_s):
         return None
     data = b""
     while True:
@@ -757,8 +755,7 @@ def _read_child_pid(info_r: int, timeout_s: float, parent: int | None = None) ->
             early = _CHILD_PID.search(data)
             if early and proc_status(int(early.group(1))).get("PPid") == str(parent):
                 return int(early.group(1))
-        ready, _, _ = select.select([info_r], [], [], 0.5)
-        if not ready:
+        if not readable(info_r, 0.5):
             break
         chunk = os.read(info_r, 4096)
         if not chunk:
@@ -796,7 +793,7 @@ def _reap(
                 pid, status, usage = os.wait4(proc.pid, 0)
                 break
             if pidfd is not None:
-                select.select([pidfd], [], [], left)  # readable once bwrap has exited
+                readable(pidfd, left)  # readable once bwrap has exited
             else:
                 time.sleep(0.001)
     finally:

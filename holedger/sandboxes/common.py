@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import queue
+import select
 import shutil
 import tempfile
 import threading
@@ -210,6 +211,17 @@ class UnnamedIO:
         for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def readable(fd: int, timeout_s: float) -> bool:
+    """Wait until ``fd`` is readable (or closed at the other end), at most ``timeout_s``.
+
+    ``poll``, not ``select``: select() refuses descriptors numbered 1024 and up, which a
+    long-running server (or a test process) reaches.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout_s) * 1000))
 
 
 def _unnamed_file(name: str) -> int:

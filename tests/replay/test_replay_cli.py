@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from descriptors import holding_descriptors
 
 from holedger.cli import cli
 from holedger.config import Settings
@@ -119,6 +120,18 @@ def test_workers_option_gives_the_same_report(home: tuple[Path, str]) -> None:
     assert two.exit_code == 0, two.output
     assert json.loads(two.output) == one
     assert replay(path, run_id, "--workers", "0").exit_code == 2
+
+
+def test_workers_replay_when_the_process_holds_over_1024_descriptors(
+    home: tuple[Path, str],
+) -> None:
+    # select() refuses descriptors numbered 1024 and up; the workers' pipes get such
+    # numbers in a process that holds many (a server, a test run)
+    with holding_descriptors():
+        path, run_id = home
+        result = replay(path, run_id, "--json", "--workers", "2")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["verified"] is True
 
 
 def test_pinned_keys(home: tuple[Path, str]) -> None:

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from descriptors import holding_descriptors
 
 from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
 
@@ -318,3 +319,16 @@ def test_namespace_made_ahead_hands_a_recorded_port_to_the_relay(gateway_socket:
         services.close()
     assert json.loads(body)["data"][0]["id"] == "sim-1"
     assert observed == ["tcp connect to 10.9.9.9:80"]
+
+
+def test_a_trial_runs_when_the_host_process_holds_over_1024_descriptors(
+    isolating: Backend, run_harness: Runner
+) -> None:
+    # A long-running server (or a test process) holds many descriptors, so the ones a
+    # trial opens are numbered 1024 and up, which select() refuses: the sandbox must wait
+    # on them some other way.
+    with holding_descriptors():
+        result = run_harness(isolating, WELL_BEHAVED, stdin=b'{"numbers": [40, 2]}')
+    assert result.exit_status == 0, result.stderr
+    assert json.loads(result.stdout)["answer"] == 42
+    assert result.isolation == "isolated"
