@@ -152,6 +152,9 @@ class _Call:
     presented: PresentedToken | None = None
     tracked: bool = False  # counted in its trial's calls in flight
     admitted: bool = False  # holds room in the EventRoom until its event is submitted
+    forwarded: bool = False  # handed to the upstream (it may have done the work)
+    recorded: bool = False  # its GatewayCall has been handed to the writer
+    responded: bool = False  # the response has started (a streamed one is under way)
 
     def attribute(self, claims: TokenClaims | CallerBinding) -> None:
         self.run_id = claims.run_id
@@ -273,20 +276,62 @@ class Gateway:
             await send_bytes(send, 503, body, [JSON_TYPE, NO_RETRY])
             return
         try:
-            if path == CHAT_PATH and method == "POST":
-                await self._chat(call, scope, receive, send)
-            elif path == MODELS_PATH and method == "GET":
-                await self._models(call, scope, send)
-            else:
-                await self._not_found(call, scope, send)
-        except _Denial as denial:
-            await self._deny(call, denial, send)
+            try:
+                if path == CHAT_PATH and method == "POST":
+                    await self._chat(call, scope, receive, send)
+                elif path == MODELS_PATH and method == "GET":
+                    await self._models(call, scope, send)
+                else:
+                    await self._not_found(call, scope, send)
+            except _Denial as denial:
+                await self._deny(call, denial, send)
+        except Exception as exc:  # a fault of the gateway's own: still one event per call
+            log.exception("gateway error on call %s", call.call_id)
+            await self._failed(call, exc, send)
         finally:
             if call.admitted:  # ended without an event (cancelled): give the room back
                 call.admitted = False
                 self.room.leave()
             if call.tracked:
                 self._track(call, -1)
+
+    async def _failed(self, call: _Call, exc: Exception, send: Send) -> None:
+        """Record and answer a call that an unexpected error ended.
+
+        A call already recorded only gets its answer. One that was forwarded is charged its
+        whole reservation (the upstream may have done the work); one that holds a
+        reservation but was not forwarded is settled at zero; any other is recorded as a
+        denial. The client gets a 500 ``gateway_error`` (not to be retried: the work may
+        have been done and charged), or, mid-stream, an error event that ends the stream.
+        """
+        reason = f"gateway error: {type(exc).__name__}"
+        if not call.recorded:
+            try:
+                if call.forwarded or call.reservation_index is not None:
+                    self._settle(
+                        call,
+                        status=500,
+                        usage=None if call.forwarded else ZERO,
+                        response=b"",
+                        model_reported=None,
+                        reason=reason,
+                    )
+                else:
+                    self._record(
+                        call, allowed=False, status=500, code="gateway_error", reason=reason
+                    )
+            except Exception:
+                log.exception("gateway error: call %s could not be recorded", call.call_id)
+        body = error_body(reason, "server_error", "gateway_error")
+        with contextlib.suppress(Exception):  # the client may be gone, or the answer begun
+            if call.responded:
+                message = {"type": "http.response.body", "more_body": False}
+                await send({**message, "body": b"data: " + body + b"\n\n"})
+            else:
+                headers = [JSON_TYPE, NO_RETRY]
+                if call.run_id is not None:
+                    headers.append((b"x-holedger-call-id", call.call_id.encode()))
+                await send_bytes(send, 500, body, headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -645,6 +690,7 @@ class Gateway:
     # ------------------------------------------------------------------ forwarding
 
     async def _forward(self, call: _Call, forwarded: bytes, send: Send) -> None:
+        call.forwarded = True
         try:
             resp = await self._upstream.post(forwarded)
         except UpstreamError as exc:
@@ -701,6 +747,7 @@ class Gateway:
     async def _forward_stream(
         self, call: _Call, forwarded: bytes, body: dict[str, Any], receive: Receive, send: Send
     ) -> None:
+        call.forwarded = True
         try:
             resp = await self._upstream.post(forwarded)
         except UpstreamError as exc:
@@ -785,6 +832,7 @@ class Gateway:
                     ],
                 }
             )
+            call.responded = True
             try:
                 async for chunk in resp.aiter_raw():
                     out = pump.feed(chunk)
@@ -803,6 +851,9 @@ class Gateway:
             if not client_gone:
                 raise
             task.uncancel()  # our own cancellation: the client left
+        except Exception as exc:
+            pump.cut = pump.cut or f"gateway error: {type(exc).__name__}"  # settled below
+            raise
         finally:
             watcher.cancel()
             await resp.aclose()
@@ -880,6 +931,7 @@ class Gateway:
             forwarded=allowed,
         )
         call.admitted = False
+        call.recorded = True
         if call.trial_id is not None:
             with self._tally_cond:
                 tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())

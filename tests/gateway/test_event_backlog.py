@@ -262,7 +262,8 @@ def test_a_call_revoked_elsewhere_while_it_waits_out_the_hold_is_refused_as_revo
 
 
 class FailOnce:
-    """An upstream whose first call breaks (an exception, no answer) once released."""
+    """An upstream whose first call is cancelled (no answer) once released: the call ends
+    without an event (an ordinary exception would still be recorded, as gateway_error)."""
 
     def __init__(self, inner: CountingUpstream) -> None:
         self.inner = inner
@@ -277,7 +278,7 @@ class FailOnce:
                 self.inside.set()
                 while not self.release.is_set():
                     await asyncio.sleep(0.01)
-                raise RuntimeError("the upstream broke (test)")
+                raise asyncio.CancelledError("the call is cancelled (test)")
         await self.inner(scope, receive, send)
 
 
