@@ -70,6 +70,7 @@ class EventWriter:
         # writing starts failing (so whoever waits for room can look again).
         self.on_progress: Callable[[], None] | None = None
         self._abandon = False
+        self.lost = 0  # submissions given up unwritten (only when closing while failing)
         self._thread = threading.Thread(target=self._run, name="holedger-gateway-writer")
         self._thread.daemon = True
         self._thread.start()
@@ -116,12 +117,13 @@ class EventWriter:
     def _run(self) -> None:
         while True:
             batch, stop = self._collect()
-            if batch:
-                self._write(batch)
+            if batch and self._write(batch):
                 with self._cond:
                     self._done += len(batch)
                     self._cond.notify_all()
                 self._progress()
+            elif batch:  # abandoned at shutdown: unwritten, so never counted as written
+                self.lost += len(batch)
             if stop:
                 return
 
@@ -164,7 +166,8 @@ class EventWriter:
             batch.append(item)
         return batch, False
 
-    def _write(self, batch: list[Submission]) -> None:
+    def _write(self, batch: list[Submission]) -> bool:
+        """Write ``batch``; False if it was given up (closing while the ledger fails)."""
         # Blobs first: an event never refers to a blob that is not yet stored.
         by_run: dict[str, Events] = {}
         blobs: list[bytes] = []
@@ -181,27 +184,33 @@ class EventWriter:
                     events += more_events
                     blobs.extend(more_blobs)
 
-        self._retrying(gather, recovers=False)  # failing here is a bug: the gateway fails closed
+        # failing here is a bug: the gateway fails closed
+        if not self._retrying(gather, recovers=False):
+            return False
         unique = list(dict.fromkeys(blobs))
-        if not by_run and unique:
-            self._retrying(partial(self.ledger.put_blobs, unique))
+        if not by_run and unique and not self._retrying(partial(self.ledger.put_blobs, unique)):
+            return False
         # The blobs go into the first run's transaction, with its events and before them;
         # any other run's events are written after that transaction has committed.
+        written = True
         for index, (run_id, events) in enumerate(by_run.items()):
             with_blobs = unique if index == 0 else []
-            self._retrying(partial(self.ledger.append_many, run_id, events, blobs=with_blobs))
+            append = partial(self.ledger.append_many, run_id, events, blobs=with_blobs)
+            written = self._retrying(append) and written
+        return written
 
-    def _retrying(self, action: Callable[[], object], *, recovers: bool = True) -> None:
+    def _retrying(self, action: Callable[[], object], *, recovers: bool = True) -> bool:
         """Run ``action`` until it succeeds: audit events are never dropped. While it
         fails, ``failure`` is set and the gateway refuses new calls (it fails closed); a
-        success clears it when ``recovers`` (the ledger took a write)."""
+        success clears it when ``recovers`` (the ledger took a write). False only when
+        given up, at shutdown."""
         attempt = 0
         while not self._abandon:
             try:
                 action()
                 if recovers:
                     self.failure = None
-                return
+                return True
             except LedgerConflictError:
                 time.sleep(0.001 * min(attempt + 1, 50))  # another writer of the run: retry
             except Exception as exc:  # keep the thread alive; the gateway fails closed
@@ -214,6 +223,7 @@ class EventWriter:
                 time.sleep(min(1.0, 0.05 * (attempt + 1)))
             attempt += 1
         log.error("gateway event writer stopped with events unwritten: %s", self.failure)
+        return False
 
 
 class EventRoom:

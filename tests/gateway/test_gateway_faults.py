@@ -17,9 +17,10 @@ import pytest
 
 from holedger.gateway import app as gateway_app
 from holedger.gateway.app import Gateway
+from holedger.gateway.recorder import EventWriter, Submission
 from holedger.replay.engine import replay_run
 from holedger.replay.gateway_checks import GatewayProjection
-from holedger.schemas.events import TrialCompleted
+from holedger.schemas.events import SafetyViolation, TrialCompleted
 
 from .helpers import SIM_MODEL, CountingUpstream, Env
 
@@ -182,3 +183,23 @@ def test_the_gateway_serves_on_after_a_fault(env: Env, monkeypatch: pytest.Monke
     assert resp.status_code in (200, 500, 503)  # the simulator fails a few calls itself
     assert len(env.calls()) == 2
     assert env.gateway.writer.failure is None
+
+
+def test_a_writer_closed_while_failing_counts_its_unwritten_events_as_unwritten(
+    env: Env,
+) -> None:
+    # Closing gives up on a ledger that cannot be written; what it gave up must not be
+    # reported as written (flush, the room and the backlog all read that count).
+    writer = EventWriter(env.ledger, linger_s=0.0)
+    with env.ledger.app.engine.begin() as conn:  # break the events table under the writer
+        conn.exec_driver_sql("ALTER TABLE holedger_events RENAME TO holedger_events_away")
+    try:
+        violation = SafetyViolation(category="test", detail="unwritable")
+        writer.submit(Submission(env.run_id, events=[("SafetyViolation", violation, "gateway")]))
+        writer.close(timeout=0.5)
+        assert writer.failure is not None
+        assert writer.written == 0 and writer.backlog == 1 and writer.lost == 1
+        assert not writer.flush(0.1)
+    finally:
+        with env.ledger.app.engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE holedger_events_away RENAME TO holedger_events")
