@@ -478,6 +478,8 @@ def report(level: str, samples: dict[str, Sample], stream: bool, rounds: int) ->
             f"  the floor adds p50 {f50:.2f} ms, p99 {f99:.2f} ms; the gateway's own work "
             f"beyond it: p50 {g50 - f50:.2f} ms, p99 {g99 - f99:.2f} ms"
         )
+    if latency == 0 and clients > 1 and "gateway" in samples:
+        print(cpu_budget_line(clients, samples))
     if "gateway" in added:
         g50, g99 = added["gateway"]
         verdict = "within" if g50 <= 2 and g99 <= 10 else "over"
@@ -486,6 +488,39 @@ def report(level: str, samples: dict[str, Sample], stream: bool, rounds: int) ->
         if busy >= 90:
             note = " (machine busy: the added latency includes queueing for CPU)"
         print(f"  gateway added p50 {g50:.2f} ms, p99 {g99:.2f} ms: {verdict} 2/10 ms{note}")
+
+
+def cpu_budget_line(clients: int, samples: dict[str, Sample], added_ms: float = 2.0) -> str:
+    """The most CPU per call a proxy may spend to add at most ``added_ms`` at a saturated
+    level, on this machine, by Little's law.
+
+    With ``clients`` requests always in flight, the mean latency is clients / throughput.
+    Adding at most ``added_ms`` to the direct path's mean therefore needs a throughput of at
+    least clients / (L_direct + added_ms); the machine's cores give at most cores / (CPU per
+    call, all processes together), so the whole call (client, upstream and proxy) may cost
+    at most cores * (L_direct + added_ms) / clients of CPU. What the client and the
+    upstream spend on the gateway's path is measured; the proxy's share is the rest. It is
+    a necessary condition (it assumes every core busy all the time), not a sufficient one.
+    """
+    cores = os.cpu_count() or 1
+    direct = samples["direct"]
+    direct_mean_ms = 1000 * clients * direct.elapsed / max(direct.count, 1)
+    whole_ms = cores * (direct_mean_ms + added_ms) / clients
+    gateway = samples["gateway"]
+    n = max(gateway.count, 1)
+    others_ms = 1000 * (gateway.upstream_cpu + gateway.client_cpu) / n
+    budget = whole_ms - others_ms
+    spent = [
+        f"{name} {1000 * s.proxy_cpu / max(s.count, 1):.2f}"
+        for name, s in samples.items()
+        if name != "direct"
+    ]
+    return (
+        f"  CPU budget: to add at most {added_ms:g} ms here, a proxy may spend at most "
+        f"{budget:.2f} ms of CPU per call on this machine ({cores} cores; direct mean "
+        f"{direct_mean_ms:.2f} ms, client and upstream {others_ms:.2f} ms per call); "
+        f"spent: {', '.join(spent)}"
+    )
 
 
 def _ratio(a: float, b: float) -> str:
