@@ -17,7 +17,7 @@ from holedger.gateway.tokens import TokenRegistry
 from holedger.gateway.wire import ASGIApp, Message, Receive, Scope, Send
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.schemas.events import GatewayCall, TaskTerms
+from holedger.schemas.events import GatewayCall, TaskTerms, TrialCompleted
 
 SIM_MODEL = "holedger-sim-1"
 
@@ -128,3 +128,30 @@ class CountingUpstream:
             return {"type": "http.request", "body": raw, "more_body": False}
 
         await self.inner(scope, replay, send)
+
+
+def trial_completed(env: Env, trial_id: str) -> TrialCompleted:
+    """Close the trial at the gateway and say what its TrialCompleted must carry."""
+    usage = env.gateway.close_trial(env.run_id, trial_id)
+    assert usage.complete
+    return TrialCompleted(
+        request_id="r1",
+        trial_id=trial_id,
+        candidate="c" * 40,
+        split="dev",
+        case_id="c1",
+        attempt=0,
+        backend="process",
+        isolation="isolated",
+        limits={},
+        exit_status=0,
+        timed_out=False,
+        oom=False,
+        wall_ms=1,
+        answer_digest=None,
+        output_digest=None,
+        trace_digest=None,
+        score="1",
+        tokens=usage.tokens,
+        gateway_calls=usage.calls,
+    )

@@ -20,9 +20,9 @@ from holedger.gateway.app import Gateway
 from holedger.gateway.recorder import EventWriter, Submission
 from holedger.replay.engine import replay_run
 from holedger.replay.gateway_checks import GatewayProjection
-from holedger.schemas.events import SafetyViolation, TrialCompleted
+from holedger.schemas.events import SafetyViolation
 
-from .helpers import SIM_MODEL, CountingUpstream, Env
+from .helpers import SIM_MODEL, CountingUpstream, Env, trial_completed
 
 MESSAGES = [{"role": "user", "content": "What was Acme's revenue in 2023?"}]
 
@@ -59,29 +59,7 @@ def outstanding(env: Env) -> int:
 
 
 def assert_replay_verifies(env: Env, trial_id: str = "t1") -> None:
-    usage = env.gateway.close_trial(env.run_id, trial_id)
-    assert usage.complete
-    completed = TrialCompleted(
-        request_id="r1",
-        trial_id=trial_id,
-        candidate="c" * 40,
-        split="dev",
-        case_id="c1",
-        attempt=0,
-        backend="process",
-        isolation="isolated",
-        limits={},
-        exit_status=0,
-        timed_out=False,
-        oom=False,
-        wall_ms=1,
-        answer_digest=None,
-        output_digest=None,
-        trace_digest=None,
-        score="1",
-        tokens=usage.tokens,
-        gateway_calls=usage.calls,
-    )
+    completed = trial_completed(env, trial_id)
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
     report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])

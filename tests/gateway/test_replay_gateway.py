@@ -13,9 +13,8 @@ from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run as full_replay
 from holedger.replay.gateway_checks import GatewayProjection
 from holedger.replay.report import ReplayReport
-from holedger.schemas.events import TrialCompleted
 
-from .helpers import SIM_MODEL, Env, close_env, digest, make_terms, open_env
+from .helpers import SIM_MODEL, Env, close_env, digest, make_terms, open_env, trial_completed
 
 MESSAGES = [{"role": "user", "content": "What was Acme's revenue in 2023?"}]
 CAP = 450
@@ -26,32 +25,6 @@ def replay_run(ledger: Ledger, run_id: str) -> ReplayReport:
     """Integrity plus the gateway projection (the other rooms' protocol checks need a full
     protocol run, which these gateway-only runs do not have)."""
     return full_replay(ledger, run_id, projections=[GatewayProjection])
-
-
-def trial_completed(env: Env, trial_id: str) -> TrialCompleted:
-    usage = env.gateway.close_trial(env.run_id, trial_id)
-    assert usage.complete
-    return TrialCompleted(
-        request_id="r1",
-        trial_id=trial_id,
-        candidate="c" * 40,
-        split="dev",
-        case_id="c1",
-        attempt=0,
-        backend="process",
-        isolation="isolated",
-        limits={},
-        exit_status=0,
-        timed_out=False,
-        oom=False,
-        wall_ms=1,
-        answer_digest=None,
-        output_digest=None,
-        trace_digest=None,
-        score="1",
-        tokens=usage.tokens,
-        gateway_calls=usage.calls,
-    )
 
 
 @pytest.fixture
