@@ -285,43 +285,30 @@ class Gateway:
                     await self._not_found(call, scope, send)
             except _Denial as denial:
                 await self._deny(call, denial, send)
+        except asyncio.CancelledError:
+            # Cancelled (a server shutting down): recorded, and its reservation settled,
+            # before the cancellation goes on; nothing is awaited here.
+            self._record_failure(call, "gateway error: the call was cancelled")
+            raise
         except Exception as exc:  # a fault of the gateway's own: still one event per call
             log.exception("gateway error on call %s", call.call_id)
             await self._failed(call, exc, send)
         finally:
-            if call.admitted:  # ended without an event (cancelled): give the room back
+            if call.admitted:  # ended without an event: give the room back
                 call.admitted = False
                 self.room.leave()
             if call.tracked:
                 self._track(call, -1)
 
     async def _failed(self, call: _Call, exc: Exception, send: Send) -> None:
-        """Record and answer a call that an unexpected error ended.
+        """Record and answer a call that an unexpected error ended (``_record_failure``).
 
-        A call already recorded only gets its answer. One that was forwarded is charged its
-        whole reservation (the upstream may have done the work); one that holds a
-        reservation but was not forwarded is settled at zero; any other is recorded as a
-        denial. The client gets a 500 ``gateway_error`` (not to be retried: the work may
-        have been done and charged), or, mid-stream, an error event that ends the stream.
+        The client gets a 500 ``gateway_error`` (not to be retried: the work may have been
+        done and charged), or, once a stream has begun, an error event, and the stream
+        ends.
         """
         reason = f"gateway error: {type(exc).__name__}"
-        if not call.recorded:
-            try:
-                if call.forwarded or call.reservation_index is not None:
-                    self._settle(
-                        call,
-                        status=500,
-                        usage=None if call.forwarded else ZERO,
-                        response=b"",
-                        model_reported=None,
-                        reason=reason,
-                    )
-                else:
-                    self._record(
-                        call, allowed=False, status=500, code="gateway_error", reason=reason
-                    )
-            except Exception:
-                log.exception("gateway error: call %s could not be recorded", call.call_id)
+        self._record_failure(call, reason)
         body = error_body(reason, "server_error", "gateway_error")
         with contextlib.suppress(Exception):  # the client may be gone, or the answer begun
             if call.responded:
@@ -332,6 +319,31 @@ class Gateway:
                 if call.run_id is not None:
                     headers.append((b"x-holedger-call-id", call.call_id.encode()))
                 await send_bytes(send, 500, body, headers)
+
+    def _record_failure(self, call: _Call, reason: str) -> None:
+        """Record a call that ended unexpectedly, unless its event was already handed on.
+
+        One that was forwarded is charged its whole reservation (the upstream may have done
+        the work); one that holds a reservation but was not forwarded is settled at zero;
+        any other is recorded as a denial, ``500 gateway_error``. A failure to record is
+        logged (the call then has no event; the gateway goes on).
+        """
+        if call.recorded:
+            return
+        try:
+            if call.forwarded or call.reservation_index is not None:
+                self._settle(
+                    call,
+                    status=500,
+                    usage=None if call.forwarded else ZERO,
+                    response=b"",
+                    model_reported=None,
+                    reason=reason,
+                )
+            else:
+                self._record(call, allowed=False, status=500, code="gateway_error", reason=reason)
+        except Exception:
+            log.exception("gateway error: call %s could not be recorded", call.call_id)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -923,20 +935,21 @@ class Gateway:
             safety=safety,
             latency_ms=int((time.perf_counter() - call.t0) * 1000),
         )
-        for other in extra_runs or []:
-            self.writer.submit(Submission(other, build=outcome.violation))
-        self.room.submit(
-            Submission(call.run_id, build=outcome.events),
-            admitted=call.admitted,
-            forwarded=allowed,
-        )
-        call.admitted = False
-        call.recorded = True
-        if call.trial_id is not None:
-            with self._tally_cond:
-                tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
-                tally.calls += 1
-                tally.tokens = add_usage(tally.tokens, tokens)
+        item = Submission(call.run_id, build=outcome.events)
+        # Handing the event to the writer is the commit point: the flags say so first, so
+        # a fault after it can never record the call twice or give its room back twice.
+        admitted, call.admitted, call.recorded = call.admitted, False, True
+        self.room.submit(item, admitted=admitted, forwarded=allowed)
+        try:  # past the commit point nothing may raise: the caller settles as recorded
+            for other in extra_runs or []:
+                self.writer.submit(Submission(other, build=outcome.violation))
+            if call.trial_id is not None:
+                with self._tally_cond:
+                    tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
+                    tally.calls += 1
+                    tally.tokens = add_usage(tally.tokens, tokens)
+        except Exception:
+            log.exception("gateway error after recording call %s", call.call_id)
 
 
 @dataclass(frozen=True)
@@ -973,10 +986,10 @@ class _Outcome:
             trial_id=call.trial_id,
             case_id=call.case_id,
             attempt=call.attempt,
-            model_requested=call.model_requested,
-            model_served=call.model_served if self.allowed else None,
+            model_requested=_text(call.model_requested),
+            model_served=_text(call.model_served) if self.allowed else None,
             allowed=self.allowed,
-            reason=self.reason,
+            reason=_text(self.reason),
             status=self.status,
             stream=call.stream,
             tokens=self.tokens,
@@ -986,9 +999,9 @@ class _Outcome:
             latency_ms=self.latency_ms,
             request_digest=req_digest,
             response_digest=resp_digest,
-            endpoint=call.endpoint,
+            endpoint=_text(call.endpoint),
             code=self.code,
-            model_reported=self.model_reported,
+            model_reported=_text(self.model_reported),
             reservation_index=call.reservation_index,
             budget=call.budget,
             presented=call.presented,
@@ -1008,7 +1021,7 @@ class _Outcome:
             {
                 "call_id": call.call_id,
                 "code": self.code,
-                "model_requested": call.model_requested,
+                "model_requested": _text(call.model_requested),
                 "presented": call.presented.model_dump(mode="json") if call.presented else None,
                 "run_id": call.run_id,
                 "trial_id": call.trial_id,
@@ -1018,7 +1031,7 @@ class _Outcome:
             category=self.safety,
             trial_id=call.trial_id,
             call_id=call.call_id,
-            detail=self.reason or self.safety,
+            detail=_text(self.reason) or self.safety,
             evidence_digest=hashlib.sha256(evidence).hexdigest(),
         )
         return [("SafetyViolation", violation, "gateway")], [evidence]
@@ -1094,6 +1107,25 @@ class _StreamPump:
         return event + b"\n\n"
 
 
+def _is_text(value: str) -> bool:
+    """True when ``value`` has a UTF-8 form (no lone surrogates), as every event's text must."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(value: str | None) -> str | None:
+    """``value`` as event text: a lone surrogate (from an upstream's answer or an error
+    message) is written as its backslash escape, so the event can still be signed."""
+    if value is None or _is_text(value):
+        return value
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _content_length(scope: Scope) -> int | None:
     for key, value in scope.get("headers", ()):
         if key == b"content-length":
@@ -1107,7 +1139,7 @@ def _content_length(scope: Scope) -> int | None:
 def _parse_chat(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # too deep a nesting too
         raise _Denial(
             400, "invalid_request_error", "invalid_json", "body is not valid JSON"
         ) from exc
@@ -1116,6 +1148,15 @@ def _parse_chat(raw: bytes) -> dict[str, Any]:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise _Denial(
             400, "invalid_request_error", "invalid_request", "'model' is required", param="model"
+        )
+    if not _is_text(body["model"]):
+        # JSON can spell a lone surrogate ("\ud800"), which no event can hold as text.
+        raise _Denial(
+            400,
+            "invalid_request_error",
+            "invalid_request",
+            "'model' must be text (it holds a lone surrogate escape)",
+            param="model",
         )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:

@@ -82,16 +82,37 @@ def budget_denial(state: GatewayBudgetState, amount: int) -> str | None:
     return None
 
 
+# More tokens than any one call can use: usage reporting more is not believed (the call
+# is charged its reservation instead), and every recorded count stays an exact JSON number.
+MAX_REPORTED_TOKENS = 2**32
+
+
+class _Unbelievable(ValueError):
+    pass
+
+
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if value > MAX_REPORTED_TOKENS:
+            raise _Unbelievable(value)
+        return value
+    return 0
 
 
 def usage_from_openai(usage: Any) -> TokenUsage | None:
     """Chat Completions (or Responses API) usage in holedger's convention, or None.
 
     Input includes cached tokens and output includes reasoning tokens (the OpenAI wire
-    convention); total is input + output whatever the upstream's total says.
+    convention); total is input + output whatever the upstream's total says. A count
+    over MAX_REPORTED_TOKENS makes the whole usage unusable (None).
     """
+    try:
+        return _usage(usage)
+    except _Unbelievable:
+        return None
+
+
+def _usage(usage: Any) -> TokenUsage | None:
     if not isinstance(usage, dict):
         return None
     if "prompt_tokens" in usage or "completion_tokens" in usage:
@@ -189,17 +210,20 @@ class RunBudget:
             return state, index
 
     def settle(self, call_id: str, total: int, on_settled: Callable[[], None]) -> None:
-        """Replace a reservation by the tokens charged; ``on_settled`` runs under the lock
-        so events reach the ledger in settlement order."""
+        """Replace a reservation by the tokens charged; ``on_settled`` runs under the lock,
+        before the state changes, so events reach the ledger in settlement order."""
         with self._lock:
-            res = self._outstanding.pop(call_id)
+            res = self._outstanding[call_id]
+            # Recorded first: if recording fails, the reservation stands, to be settled
+            # (and recorded) once, by whoever handles the failure.
+            on_settled()
+            del self._outstanding[call_id]
             self._outstanding_total -= res.amount
             key = res.trial_id or ""
             self._trial_outstanding[key] -= res.amount
             self.settled += total
             self.trial_settled[key] = self.trial_settled.get(key, 0) + total
             self.settled_calls += 1
-            on_settled()
 
     def restore(self, trial_id: str | None, total: int) -> None:
         """Count one already-recorded settlement (a gateway restarting on an open run)."""

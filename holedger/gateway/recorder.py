@@ -104,6 +104,8 @@ class EventWriter:
             target = self._submitted
             if self._done >= target:
                 return True
+        if self._abandon or not self._thread.is_alive():
+            return False  # closed with events unwritten: nobody will write them now
         self._queue.put(_FLUSH)
         with self._cond:
             return self._cond.wait_for(lambda: self._done >= target, timeout=timeout)
@@ -319,7 +321,10 @@ class EventRoom:
                 if forwarded:
                     self._unwritten.append(number)
         if admitted and not forwarded:
-            self.wake()
+            try:  # the event is handed on: a waiter's trouble must not fail its call
+                self.wake()
+            except Exception:
+                log.exception("gateway event room: waking a waiter failed")
 
     def withdraw(self, tag: object) -> None:
         """End the wait of every call waiting under ``tag`` (its trial has ended)."""

@@ -22,6 +22,7 @@ import pytest
 
 from holedger.errors import ConfigError
 from holedger.gateway import app as gateway_app
+from holedger.gateway.app import Gateway
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.recorder import Submission
 from holedger.ledger.store import Ledger
@@ -262,8 +263,7 @@ def test_a_call_revoked_elsewhere_while_it_waits_out_the_hold_is_refused_as_revo
 
 
 class FailOnce:
-    """An upstream whose first call is cancelled (no answer) once released: the call ends
-    without an event (an ordinary exception would still be recorded, as gateway_error)."""
+    """An upstream whose first call breaks (an exception, no answer) once released."""
 
     def __init__(self, inner: CountingUpstream) -> None:
         self.inner = inner
@@ -278,7 +278,7 @@ class FailOnce:
                 self.inside.set()
                 while not self.release.is_set():
                     await asyncio.sleep(0.01)
-                raise asyncio.CancelledError("the call is cancelled (test)")
+                raise RuntimeError("the upstream broke (test)")
         await self.inner(scope, receive, send)
 
 
@@ -288,6 +288,15 @@ def test_room_left_by_a_call_without_an_event_goes_to_the_next_waiter(
     # The writer is stuck, so only the leaving call can free the room: the waiter must
     # get it then, not after its wait runs out.
     monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 10.0)
+    record = Gateway._record
+
+    def unrecordable_for_trial_a(self: Gateway, call: Any, **kw: Any) -> None:
+        # The one way a call still ends without an event: recording it fails.
+        if call.trial_id == "a":
+            raise RuntimeError("recording fails (test)")
+        record(self, call, **kw)
+
+    monkeypatch.setattr(Gateway, "_record", unrecordable_for_trial_a)
     broken = FailOnce(upstream)
     config = GatewayConfig(upstream=UpstreamConfig(simulator=True), event_backlog=1)
     env = open_env(sqlite_url, make_terms(), config, upstream_app=broken)

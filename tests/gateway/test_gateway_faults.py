@@ -8,7 +8,9 @@ run's budget holds no reservation afterwards, and that replay still verifies the
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from typing import Any
 
 import httpx
@@ -17,12 +19,20 @@ import pytest
 
 from holedger.gateway import app as gateway_app
 from holedger.gateway.app import Gateway
-from holedger.gateway.recorder import EventWriter, Submission
+from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.replay.engine import replay_run
 from holedger.replay.gateway_checks import GatewayProjection
 from holedger.schemas.events import SafetyViolation
 
-from .helpers import SIM_MODEL, CountingUpstream, Env, trial_completed
+from .helpers import (
+    SIM_MODEL,
+    CountingUpstream,
+    Env,
+    close_env,
+    make_terms,
+    open_env,
+    trial_completed,
+)
 
 MESSAGES = [{"role": "user", "content": "What was Acme's revenue in 2023?"}]
 
@@ -177,7 +187,78 @@ def test_a_writer_closed_while_failing_counts_its_unwritten_events_as_unwritten(
         writer.close(timeout=0.5)
         assert writer.failure is not None
         assert writer.written == 0 and writer.backlog == 1 and writer.lost == 1
-        assert not writer.flush(0.1)
+        # Nobody will write them now: a flush says so at once rather than wait forever.
+        answers: list[bool] = []
+        waiter = threading.Thread(target=lambda: answers.append(writer.flush(None)), daemon=True)
+        waiter.start()
+        waiter.join(10)
+        assert answers == [False]
     finally:
         with env.ledger.app.engine.begin() as conn:
             conn.exec_driver_sql("ALTER TABLE holedger_events_away RENAME TO holedger_events")
+
+
+def test_a_fault_while_recording_a_settlement_still_leaves_one_event(
+    env: Env, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The settlement's own recording fails once: the reservation must still stand, so the
+    # fault handler settles and records the call once (charged its reservation).
+    record = Gateway._record
+    failed: list[str] = []
+
+    def fail_first_settlement(self: Gateway, call: Any, **kw: Any) -> None:
+        if kw.get("status") == 200 and not failed:
+            failed.append(call.call_id)
+            raise Boom("injected")
+        record(self, call, **kw)
+
+    monkeypatch.setattr(Gateway, "_record", fail_first_settlement)
+    resp = chat(env, env.trial_token())
+    assert_gateway_error(resp)
+    [call] = env.calls()
+    assert call.call_id == failed[0] and call.status == 500 and call.usage_estimated
+    assert call.tokens.total == call.reserved
+    assert outstanding(env) == 0
+    assert_replay_verifies(env)
+
+
+def test_a_fault_after_an_event_is_handed_on_neither_doubles_it_nor_the_room(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A budget refusal of an admitted call frees its room by waking waiters; a fault
+    # there comes after the event was handed to the writer.
+    def broken_wake(self: EventRoom) -> None:
+        raise Boom("injected")
+
+    env = open_env(sqlite_url, make_terms(target_tokens=100))
+    try:
+        monkeypatch.setattr(EventRoom, "wake", broken_wake)
+        resp = chat(env, env.trial_token(), max_tokens=500)
+        assert resp.status_code == 402, resp.text
+        [call] = env.calls()
+        assert call.code == "budget_exhausted"
+        assert env.gateway.room._forwarding == 0 and env.gateway.room.owed == 0
+        assert env.gateway.trial_usage(env.run_id, "t1").calls == 1
+        assert_replay_verifies(env)
+    finally:
+        close_env(env)
+
+
+async def cancelling_upstream(scope: Any, receive: Any, send: Any) -> None:
+    """An upstream whose call is cancelled (as a server's shutdown cancels its tasks)."""
+    if scope["type"] == "http":
+        raise asyncio.CancelledError("cancelled (test)")
+
+
+def test_a_cancelled_call_is_recorded_and_its_reservation_settled(sqlite_url: str) -> None:
+    env = open_env(sqlite_url, make_terms(), upstream_app=cancelling_upstream)
+    try:
+        resp = chat(env, env.trial_token())
+        assert resp.status_code == 500
+        [call] = env.calls()
+        assert call.allowed and call.usage_estimated and call.tokens.total == call.reserved
+        assert call.reason == "gateway error: the call was cancelled"
+        assert outstanding(env) == 0 and env.gateway.room.owed == 0
+        assert_replay_verifies(env)
+    finally:
+        close_env(env)
