@@ -46,7 +46,7 @@ def print_scores(report: ReplayReport) -> None:
     out = console()
     scores = report.sections.get("scores")
     if isinstance(scores, dict) and scores.get("scored"):
-        beyond = "exceeds" if scores.get("exceeds_band") else "does not exceed"
+        beyond = "above" if scores.get("exceeds_band") else "not above"
         out.print(
             f"scores: E(H+) {score_text(scores.get('e_h_plus'))}, "
             f"E(H0) {score_text(scores.get('e_h0'))}, g {score_text(scores.get('g'))} "
