@@ -49,9 +49,25 @@ def plain(value: object) -> str:
     return escape(str(value))
 
 
+# The width of output that is not a terminal: wide enough that no line is ever wrapped.
+UNWRAPPED = 1 << 20
+
+
 def console(stderr: bool = False, **options: Any) -> Console:
+    """A console for stdout (or stderr). On a terminal, text and tables fit its width.
+    Anywhere else (a pipe, a file, a log) nothing is wrapped, whatever the width of the
+    terminal the command was started from, unless COLUMNS says a width: a key, a digest,
+    a path or a run id comes out whole on one line, to be copied or searched for, and a
+    table is as wide as its cells."""
     options.setdefault("soft_wrap", False)
-    return _Console(stderr=stderr, highlight=False, **options)
+    out = _Console(stderr=stderr, highlight=False, **options)
+    if "width" not in options and not out.is_terminal and not _columns_given():
+        out.width = UNWRAPPED
+    return out
+
+
+def _columns_given() -> bool:
+    return os.environ.get("COLUMNS", "").isdigit()
 
 
 def table(

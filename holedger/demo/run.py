@@ -449,7 +449,7 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
 
     for failure in s.failures:
         line(f"[bold red]problem:[/] {plain(failure)}")
-    band = "above" if s.above_band else "[bold red]NOT above[/]"
+    band = "above" if s.above_band else "[bold red]not above[/]"
     line(f"held-out score E(H+)   {num(s.test_score)}  (nominated candidate, test split)")
     line(f"seed baseline  E(H0)   {num(s.seed_score)}  (pinned for this task)")
     line(f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}")

@@ -17,12 +17,14 @@ in-process.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from holedger.errors import ConfigError
 
@@ -84,77 +86,183 @@ class GatewayConfig:
     event_backlog: int = DEFAULT_EVENT_BACKLOG
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> GatewayConfig:
-        known = {
-            "upstream",
-            "upstream_base_url",
-            "upstream_api_key_env",
-            "upstream_timeout_s",
-            "simulator_seed",
-            "aliases",
-            "optimizer_models",
-            "default_max_tokens",
-            "max_tokens_field",
-            "max_body_bytes",
-            "blob_cap_bytes",
-            "media_part_tokens",
-            "event_linger_s",
-            "event_backlog",
-        }
-        unknown = sorted(set(data) - known)
+    def from_mapping(cls, data: Mapping[str, Any], source: str | None = None) -> GatewayConfig:
+        """The configuration a ``[gateway]`` table gives; ConfigError, one line naming
+        ``source`` (the file) and the offending setting, when it is not a sound one."""
+        read = _Reader(data, source)
+        unknown = sorted(set(data) - set(SETTINGS))
         if unknown:
-            raise ConfigError(f"unknown gateway settings {unknown}", hint="see docs/GATEWAY.md")
-        simulator = data.get("upstream") == "simulator"
-        if "upstream" in data and not simulator:
-            raise ConfigError('upstream must be "simulator" or absent (use upstream_base_url)')
-        aliases = dict(data.get("aliases", {}))
-        if any("*" in k or "*" in v for k, v in aliases.items()):
-            raise ConfigError("model aliases are exact names; wildcards are not allowed")
-        opt = data.get("optimizer_models")
-        try:
-            return cls(
-                upstream=UpstreamConfig(
-                    base_url=data.get("upstream_base_url"),
-                    api_key_env=data.get("upstream_api_key_env"),
-                    timeout_s=float(data.get("upstream_timeout_s", 600)),
-                    simulator=simulator,
-                    simulator_seed=int(data.get("simulator_seed", 0)),
-                ),
-                aliases=aliases,
-                optimizer_models=tuple(opt) if opt is not None else None,
-                default_max_tokens=int(data.get("default_max_tokens", DEFAULT_MAX_TOKENS)),
-                max_tokens_field=str(data.get("max_tokens_field", "max_completion_tokens")),
-                max_body_bytes=int(data.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)),
-                blob_cap_bytes=int(data.get("blob_cap_bytes", DEFAULT_BLOB_CAP_BYTES)),
-                media_part_tokens=int(data.get("media_part_tokens", DEFAULT_MEDIA_TOKENS)),
-                event_linger_s=_linger(data.get("event_linger_s", DEFAULT_EVENT_LINGER_S)),
-                event_backlog=_backlog(data.get("event_backlog", DEFAULT_EVENT_BACKLOG)),
+            near = difflib.get_close_matches(unknown[0], SETTINGS, n=1)
+            raise read.error(
+                unknown[0],
+                "is not a gateway setting" + (f" (did you mean {near[0]}?)" if near else ""),
+                hint=f"the settings are {', '.join(SETTINGS)}; docs/GATEWAY.md describes them",
             )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"bad gateway setting: {exc}") from exc
+        simulator = "upstream" in data
+        if simulator and data["upstream"] != "simulator":
+            raise read.error(
+                "upstream",
+                f'= {data["upstream"]!r} is not "simulator"',
+                hint='set upstream = "simulator", or give upstream_base_url instead',
+            )
+        if not simulator and "upstream_base_url" not in data:
+            raise read.error(
+                None,
+                "names no upstream",
+                hint='set upstream_base_url, or upstream = "simulator"',
+            )
+        aliases = read.aliases("aliases")
+        if any("*" in k or "*" in v for k, v in aliases.items()):
+            raise read.error(
+                "aliases",
+                "holds a wildcard",
+                hint="model aliases are exact names; list each model to alias",
+            )
+        return cls(
+            upstream=UpstreamConfig(
+                base_url=read.url("upstream_base_url"),
+                api_key_env=read.text("upstream_api_key_env", None),
+                timeout_s=read.number("upstream_timeout_s", 600.0, low=0, low_open=True),
+                simulator=simulator,
+                simulator_seed=read.whole("simulator_seed", 0, low=0),
+            ),
+            aliases=aliases,
+            optimizer_models=read.models("optimizer_models"),
+            default_max_tokens=read.whole("default_max_tokens", DEFAULT_MAX_TOKENS, low=1),
+            max_tokens_field=read.text("max_tokens_field", None) or "max_completion_tokens",
+            max_body_bytes=read.whole("max_body_bytes", DEFAULT_MAX_BODY_BYTES, low=1),
+            blob_cap_bytes=read.whole("blob_cap_bytes", DEFAULT_BLOB_CAP_BYTES, low=0),
+            media_part_tokens=read.whole("media_part_tokens", DEFAULT_MEDIA_TOKENS, low=0),
+            event_linger_s=read.number("event_linger_s", DEFAULT_EVENT_LINGER_S, low=0, high=5),
+            event_backlog=read.whole("event_backlog", DEFAULT_EVENT_BACKLOG, low=1, high=10**6),
+        )
 
     @classmethod
     def load(cls, path: Path) -> GatewayConfig:
+        hint = "fix the file, or remove it to serve the offline simulator"
         try:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError as exc:
             raise ConfigError(f"no gateway configuration at {path}") from exc
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"gateway configuration {path} is not TOML: {exc}") from exc
+            raise ConfigError(
+                f"gateway configuration {path} is not TOML: {exc}", hint=hint
+            ) from exc
         table = data.get("gateway", {})
         if not isinstance(table, dict):
-            raise ConfigError("[gateway] must be a table")
-        return cls.from_mapping(table)
+            raise ConfigError(f"{path}: [gateway] is not a table", hint=hint)
+        return cls.from_mapping(table, source=str(path))
 
 
-def _linger(value: Any) -> float:
-    linger = float(value)
-    if not 0 <= linger <= 5:
-        raise ValueError(f"event_linger_s must be between 0 and 5 seconds, not {value}")
-    return linger
+# Every setting a [gateway] table may hold.
+SETTINGS = (
+    "upstream",
+    "upstream_base_url",
+    "upstream_api_key_env",
+    "upstream_timeout_s",
+    "simulator_seed",
+    "aliases",
+    "optimizer_models",
+    "default_max_tokens",
+    "max_tokens_field",
+    "max_body_bytes",
+    "blob_cap_bytes",
+    "media_part_tokens",
+    "event_linger_s",
+    "event_backlog",
+)
 
 
-def _backlog(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1_000_000:
+class _Reader:
+    """Reads the settings of one [gateway] table, each of the type it must have."""
+
+    def __init__(self, data: Mapping[str, Any], source: str | None) -> None:
+        self.data = data
+        self.source = source or "gateway settings"
+
+    def error(self, key: str | None, problem: str, hint: str | None = None) -> ConfigError:
+        where = f"{self.source}: [gateway]" if key is None else f"{self.source}: {key}"
+        return ConfigError(
+            f"{where} {problem}",
+            hint=hint or f"fix {key} under [gateway]; docs/GATEWAY.md describes each setting",
+        )
+
+    def _bad(self, key: str, what: str) -> ConfigError:
+        return self.error(key, f"= {self.data[key]!r} is not {what}")
+
+    def text(self, key: str, default: str | None) -> str | None:
+        value = self.data.get(key, default)
+        if value is not None and not (isinstance(value, str) and value):
+            raise self._bad(key, "a non-empty string")
         return value
-    raise ValueError(f"event_backlog must be a whole number from 1 to 1000000, not {value!r}")
+
+    def url(self, key: str) -> str | None:
+        """An http(s) base URL with a host, no credentials and no line breaks (checked
+        again where the upstream client is made; here the error can name the file)."""
+        value = self.text(key, None)
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.username is not None or parts.password is not None:  # never echoed
+            raise self.error(
+                key,
+                "carries credentials",
+                hint="name the key's environment variable in upstream_api_key_env instead",
+            )
+        try:
+            host = parts.hostname
+            parts.port  # noqa: B018 - raises ValueError for a port that is not one
+        except ValueError:
+            host = None
+        if parts.scheme not in ("http", "https") or not host or any(c in value for c in "\r\n\0"):
+            raise self._bad(key, "an http(s) URL")
+        return value
+
+    def whole(self, key: str, default: int, *, low: int, high: int | None = None) -> int:
+        value = self.data.get(key, default)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+        if not ok or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise self._bad(key, f"a whole number {span}")
+        return int(value)
+
+    def number(
+        self,
+        key: str,
+        default: float,
+        *,
+        low: float,
+        high: float | None = None,
+        low_open: bool = False,
+    ) -> float:
+        value = self.data.get(key, default)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if (
+            not number
+            or value != value  # NaN
+            or value < low
+            or (low_open and value == low)
+            or (high is not None and value > high)
+        ):
+            if high is not None:
+                span = f"from {low:g} to {high:g}"
+            else:
+                span = f"above {low:g}" if low_open else f"of at least {low:g}"
+            raise self._bad(key, f"a number {span}")
+        return float(value)
+
+    def aliases(self, key: str) -> dict[str, str]:
+        value = self.data.get(key, {})
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) and v for k, v in value.items()
+        ):
+            raise self._bad(key, "a table of model names to model names")
+        return dict(value)
+
+    def models(self, key: str) -> tuple[str, ...] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._bad(key, "a list of model names")
+        return tuple(value)

@@ -48,6 +48,26 @@ def key_id_bytes(name: str, public_key: bytes, alg: int = ALG_ED25519) -> bytes:
     return hashlib.sha256(name.encode() + b"\n" + bytes([alg]) + public_key).digest()[:4]
 
 
+def key_id_mismatch(name: str, hex_id: str, public_key: bytes, alg: int) -> UsageError:
+    """The error for a verifier key whose id is not the one its name and key give. The id
+    is a hash of the name as written and the key, so a name retyped in another case (or
+    changed at all) is the usual cause, not a wrong key: say which when we can tell."""
+    hint = "copy the verifier key whole, exactly as it was printed"
+    for other in dict.fromkeys((name.lower(), name.upper())):
+        if other != name and key_id_bytes(other, public_key, alg).hex() == hex_id:
+            return UsageError(
+                f"verifier key id {hex_id} is that of the name {other!r}, not {name!r}: the id "
+                "is computed over the name as written, so a change of case changes it",
+                hint=hint,
+            )
+    return UsageError(
+        f"verifier key id {hex_id} does not match the name {name!r} and the key given with "
+        "it: the id is computed over both as written, so a changed name (even its case) "
+        "or key gives another id",
+        hint=hint,
+    )
+
+
 def check_key_name(name: str) -> str:
     if not name or any(c.isspace() for c in name) or "+" in name:
         raise UsageError(
@@ -102,7 +122,7 @@ class PublicKey:
             raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)
         key = cls(check_key_name(name), raw[1:])
         if key.key_id_hex != hex_id:
-            raise UsageError(f"verifier key id {hex_id} does not match its key", hint=VKEY_HINT)
+            raise key_id_mismatch(key.name, hex_id, key.raw, ALG_ED25519)
         return key.require_sound()
 
     def require_sound(self) -> PublicKey:

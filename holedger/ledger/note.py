@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from holedger.errors import UsageError, VerificationError
-from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes, vkey_parts
+from holedger.ledger.keys import (
+    ALG_ED25519,
+    PublicKey,
+    SigningKey,
+    key_id_bytes,
+    key_id_mismatch,
+    vkey_parts,
+)
 from holedger.schemas.canonical import b64decode_strict
 
 EM_DASH = "\u2014"
@@ -213,7 +220,7 @@ def parse_vkey(text: str) -> AnyVerifier:
         Ed25519NoteVerifier(key) if raw[0] == ALG_ED25519 else CosignatureVerifier(key)
     )
     if verifier.key_id.hex() != hex_id:
-        raise UsageError(f"verifier key id {hex_id} does not match its key")
+        raise key_id_mismatch(name, hex_id, key.raw, raw[0])
     return verifier
 
 

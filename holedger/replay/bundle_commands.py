@@ -37,7 +37,7 @@ from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclus
 from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, plain, progress_bar, settings
 from holedger.replay.commands import trusted_key_option
-from holedger.replay.report import counted
+from holedger.replay.report import counted, score_text
 from holedger.schemas.canonical import b64decode_strict
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
@@ -679,7 +679,7 @@ def verify_attestation_cmd(
         pred = result["statement"]["predicate"]
         console().print(
             f"[bold green]VERIFIED[/] run {plain(pred.get('run_id'))}: verdict "
-            f"{plain(pred.get('verdict'))}, g {plain(pred.get('g'))}"
+            f"{plain(pred.get('verdict'))}, g {plain(score_text(pred.get('g')))}"
         )
     else:
         console().print(f"[bold red]FAILED[/] {plain(result['reason'])}")

@@ -7,7 +7,7 @@ import sys
 import click
 
 from holedger.ledger.keys import load_trusted_keys
-from holedger.output import console, emit_json, progress_bar, settings, table
+from holedger.output import console, emit_json, plain, progress_bar, settings, table
 from holedger.replay.report import ReplayReport, score_text
 
 
@@ -37,7 +37,8 @@ def print_report(report: ReplayReport) -> None:
     if isinstance(safety, dict):
         cats = ", ".join(f"{k}: {v}" for k, v in safety.get("by_category", {}).items())
         out.print(
-            f"safety: {safety.get('violations', 0)} violations{(' (' + cats + ')') if cats else ''}"
+            f"safety: {plain(report.judged_on)}{safety.get('violations', 0)} violations"
+            f"{(' (' + plain(cats) + ')') if cats else ''}"
         )
 
 
@@ -46,9 +47,9 @@ def print_scores(report: ReplayReport) -> None:
     out = console()
     scores = report.sections.get("scores")
     if isinstance(scores, dict) and scores.get("scored"):
-        beyond = "exceeds" if scores.get("exceeds_band") else "does not exceed"
+        beyond = "above" if scores.get("exceeds_band") else "not above"
         out.print(
-            f"scores: E(H+) {score_text(scores.get('e_h_plus'))}, "
+            f"scores: {plain(report.judged_on)}E(H+) {score_text(scores.get('e_h_plus'))}, "
             f"E(H0) {score_text(scores.get('e_h0'))}, g {score_text(scores.get('g'))} "
             f"({beyond} the resolution band {score_text(scores.get('resolution_band'))})"
         )
@@ -61,7 +62,10 @@ def print_scores(report: ReplayReport) -> None:
                 state = (
                     info.get("reason") if info.get("status") == "skipped" else f"{found} findings"
                 )
-                out.print(f"leakage {part.replace('_', ' ')}: {info.get('status')} ({state})")
+                out.print(
+                    f"leakage {part.replace('_', ' ')}: {plain(report.judged_on)}"
+                    f"{plain(info.get('status'))} ({plain(state)})"
+                )
 
 
 # ``replay`` and ``verify``: keys given here replace the ones the log announces.

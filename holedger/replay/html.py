@@ -238,6 +238,15 @@ def fmt_num(value: Any, digits: int = 3) -> str:
     return f"{float(frac):.{digits}f}"
 
 
+def fmt_score(value: Any) -> str:
+    """A score, mean, gain or band, always to three decimals (``0.000`` beside ``0.333``,
+    never ``0``); ``-`` when there is none."""
+    frac = value if isinstance(value, Fraction) else _frac(value)
+    if frac is None:
+        return "-" if value is None else str(value)
+    return f"{float(frac):.3f}"
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -331,7 +340,7 @@ def progress_plot(data: RunData) -> str:
         out.append(f'<line class="ref seed" x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}"/>')
         out.append(
             f'<text class="reflabel" x="{x1 - 4}" y="{y - 4:.1f}" text-anchor="end">'
-            f"seed E(H0) on test {fmt_num(baseline)}</text>"
+            f"seed E(H0) on test {fmt_score(baseline)}</text>"
         )
     prev: dict[str, tuple[float, float]] = {}
     for i, ev in enumerate(points):
@@ -340,7 +349,7 @@ def progress_plot(data: RunData) -> str:
         y = ypos(float(ev.mean))
         label = (
             f"{ev.split} request {ev.request_id}: candidate {data.candidate_index(ev.candidate)}, "
-            f"{ev.cases} cases x {ev.attempts}, mean {fmt_num(ev.mean)}"
+            f"{ev.cases} cases x {ev.attempts}, mean {fmt_score(ev.mean)}"
         )
         if ev.split in prev:
             px, py = prev[ev.split]
@@ -392,7 +401,7 @@ def tokens_plot(data: RunData) -> str:
             f'<rect class="bar {esc(trial.split)}" x="{x:.2f}" y="{y1 - h:.2f}" '
             f'width="{width:.2f}" height="{h:.2f}"><title>{esc(trial.trial_id)} '
             f"({esc(trial.split)}, case {esc(trial.case_id)}): {trial.tokens} tokens, "
-            f"score {fmt_num(trial.score)}</title></rect>"
+            f"score {fmt_score(trial.score)}</title></rect>"
         )
     out.append(
         f'<text class="tick" x="{(x0 + x1) / 2:.0f}" y="{PLOT_H - 6}" text-anchor="middle">'
@@ -549,8 +558,8 @@ def candidates_section(data: RunData) -> str:
                 cand.commit[:12],
                 data.candidate_index(cand.parent) if cand.parent else "-",
                 _changed(cand),
-                " ".join(fmt_num(m) for m in results.get("dev", [])) or "-",
-                " ".join(fmt_num(m) for m in results.get("val", [])) or "-",
+                " ".join(fmt_score(m) for m in results.get("dev", [])) or "-",
+                " ".join(fmt_score(m) for m in results.get("val", [])) or "-",
                 "nominated" if cand.commit == data.nominated else "",
             ]
         )
@@ -565,7 +574,7 @@ def candidates_section(data: RunData) -> str:
             ev.split,
             f"{ev.cases} x {ev.attempts}",
             ev.decision + (f" ({ev.reason})" if ev.reason else ""),
-            fmt_num(ev.mean),
+            fmt_score(ev.mean),
             ev.tokens,
         ]
         for ev in data.evaluations
@@ -613,16 +622,16 @@ def held_out_section(report: ReplayReport, data: RunData) -> str:
             "<p class='muted'>the run was not scored on the held-out split</p>",
         )
     bars = [
-        ("seed harness E(H0)", float(e0 or 0), fmt_num(e0), "seed"),
-        ("nominated E(H+)", float(e_plus), fmt_num(e_plus), "nominated"),
+        ("seed harness E(H0)", float(e0 or 0), fmt_score(e0), "seed"),
+        ("nominated E(H+)", float(e_plus), fmt_score(e_plus), "nominated"),
     ]
     above = g is not None and band is not None and g > band
     if isinstance(scores, dict) and isinstance(scores.get("exceeds_band"), bool):
         above = bool(scores["exceeds_band"])
     g_text = (
-        f"<p class='big'>g = {fmt_num(g)} "
+        f"<p class='big'>g = {fmt_score(g)} "
         f"<span class='{'ok' if above else 'bad'}'>"
-        f"{'above' if above else 'not above'} the resolution band {fmt_num(band)}</span></p>"
+        f"{'above' if above else 'not above'} the resolution band {fmt_score(band)}</span></p>"
     )
     g_plot = ""
     if g is not None:
@@ -641,7 +650,7 @@ def held_out_section(report: ReplayReport, data: RunData) -> str:
             + html_table(
                 ["case", "scores"],
                 [
-                    [c.get("case_id"), " ".join(fmt_num(s) for s in c.get("scores", []))]
+                    [c.get("case_id"), " ".join(fmt_score(s) for s in c.get("scores", []))]
                     for c in per_case
                 ],
             )
@@ -669,7 +678,7 @@ def _g_plot(g: Fraction, band: Fraction | None) -> str:
         bx0, bx1 = xpos(-float(band)), xpos(float(band))
         out.append(
             f'<rect class="band" x="{bx0:.1f}" y="{y - 14}" width="{bx1 - bx0:.1f}" height="28">'
-            f"<title>resolution band +/- {fmt_num(band)}</title></rect>"
+            f"<title>resolution band +/- {fmt_score(band)}</title></rect>"
         )
     for v in (-1, -0.5, 0, 0.5, 1):
         out.append(
@@ -677,7 +686,7 @@ def _g_plot(g: Fraction, band: Fraction | None) -> str:
         )
     out.append(
         f'<circle class="gmark" cx="{xpos(float(g)):.1f}" cy="{y}" r="7">'
-        f"<title>g = {fmt_num(g)}</title></circle>"
+        f"<title>g = {fmt_score(g)}</title></circle>"
     )
     return _svg("".join(out), height=70, label="normalized gain and resolution band")
 

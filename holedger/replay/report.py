@@ -6,7 +6,7 @@ from collections import OrderedDict
 from fractions import Fraction
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 MAX_FAILURES = 50
 
@@ -58,6 +58,14 @@ class ReplayReport(BaseModel):
     failures: list[Failure]
     failures_total: int = 0
     sections: dict[str, Any] = {}
+    # After a break in the log: "[judged on seq 0 to N only, ...] ", the note the checks
+    # judged on the intact prefix carry, for the lines printed from the sections too (not
+    # a member of the JSON report, whose check details and failures carry it already).
+    _judged_on: str = PrivateAttr(default="")
+
+    @property
+    def judged_on(self) -> str:
+        return self._judged_on
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -91,6 +99,7 @@ class ReportBuilder:
         self.failures: list[Failure] = []
         self.failures_total = 0
         self.sections: dict[str, Any] = {}
+        self.judged_on = ""
 
     def declare(self, name: str, detail: str = "") -> None:
         """Name a check that passes unless something fails it."""
@@ -108,7 +117,7 @@ class ReportBuilder:
             detail = reason if seq is None else f"seq {seq}: {reason}"
         self._checks[name] = (False, detail)
         self.failures_total += 1
-        if len(self.failures) < MAX_FAILURES:
+        if len(self.failures) < MAX_FAILURES:  # the first found: the break is among them
             self.failures.append(Failure(seq=seq, type=event_type, reason=reason, check=check))
 
     def warn(self, name: str, ok: bool, detail: str) -> None:
@@ -120,6 +129,7 @@ class ReportBuilder:
         """Put ``note`` before the detail of every check not in ``keep`` and before the
         reason of every failure such a check names: what they say was judged on part of
         the run only."""
+        self.judged_on = note
         for name, (ok, detail) in self._checks.items():
             if name not in keep:
                 self._checks[name] = (ok, note + detail)
@@ -143,12 +153,20 @@ class ReportBuilder:
             level: Literal["error", "warning"] = "warning" if name in self._warnings else "error"
             checks.append(CheckResult(name=name, ok=ok, detail=detail, level=level))
         verified = all(c.ok for c in checks if c.level == "error")
-        return ReplayReport(
+        report = ReplayReport(
             run_id=run_id,
             verified=verified,
             events=events,
             checks=checks,
-            failures=self.failures,
+            failures=sorted(self.failures, key=_by_seq),
             failures_total=self.failures_total,
             sections=self.sections,
         )
+        report._judged_on = self.judged_on
+        return report
+
+
+def _by_seq(failure: Failure) -> tuple[bool, int]:
+    """Failures in the order of the log (those of no event last); found in the same
+    event, in the order they were found (the sort is stable)."""
+    return (failure.seq is None, failure.seq or 0)

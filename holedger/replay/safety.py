@@ -59,3 +59,5 @@ class SafetyProjection:
             )
         elif self.trials:
             out.warn("isolation", True, f"all {self.trials} trials ran in an isolating sandbox")
+        else:  # named all the same: a log broken before its first trial still shows it
+            out.warn("isolation", True, "no trial recorded, so none ran without isolation")

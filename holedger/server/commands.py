@@ -212,7 +212,12 @@ def serve_cmd(
     workers: int,
     as_json: bool,
 ) -> None:
-    """Serve the optimizer API and the model gateway until interrupted."""
+    """Serve the optimizer API and the model gateway until interrupted.
+
+    The gateway reads its upstream, model aliases and limits from HOME/gateway.toml
+    (a [gateway] table; docs/GATEWAY.md lists the settings). Without that file it
+    serves the offline simulator.
+    """
     import json
     import signal
     import threading

@@ -194,3 +194,17 @@ def test_a_lone_surrogate_escape_is_forwarded_escaped_and_recorded(
     assert upstream.bodies[-1]["messages"][0]["content"] == "a\ud800b"
     [call] = env.calls()
     assert call.allowed and call.status == 200 and call.request_digest is not None
+
+
+def test_a_token_for_a_run_the_ledger_lacks_is_403_unknown_run_and_not_recorded(
+    env: Env, upstream: CountingUpstream
+) -> None:
+    import uuid
+
+    missing = str(uuid.uuid4())
+    body = b'{"model": "holedger-sim-1", "messages": [{"role": "user", "content": "hi"}]}'
+    resp = post(env, body, env.trial_token(run_id=missing))
+    assert_openai_error(resp, 403, "unknown_run")
+    assert resp.json()["error"]["type"] == "permission_error"
+    assert upstream.bodies == []
+    assert env.calls() == [] and env.calls(missing) == []

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -364,5 +365,46 @@ def test_the_gateway_streams_a_chunked_upstream_answer_and_meters_it(
         (event,) = env.calls()
         assert event.stream and not event.usage_estimated
         assert (event.tokens.input, event.tokens.output, event.tokens.total) == (5, 1, 6)
+    finally:
+        close_env(env)
+
+
+def test_a_stream_the_upstream_breaks_off_ends_with_an_upstream_stream_cut_event(
+    raw_server: Callable[[Handler], RawServer], tmp_path: Path
+) -> None:
+    # As docs/GATEWAY.md's denials table says: the 200 and the first events have gone
+    # out, then one SSE error event (upstream_error, upstream_stream_cut) ends the stream,
+    # with no [DONE]; the call is recorded as answered and charged its reservation.
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": SIM_MODEL}
+    first = {**base, "choices": [{"index": 0, "delta": {"content": "he"}, "finish_reason": None}]}
+    event = b"data: " + json.dumps(first).encode() + b"\n\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        writer.write((head + "transfer-encoding: chunked\r\n\r\n").encode())
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+        await writer.drain()
+        writer.close()  # the connection is lost before the stream's end
+
+    server = raw_server(handler)
+    config = GatewayConfig(upstream=UpstreamConfig(base_url=server.base_url))
+    env = open_env(f"sqlite:///{tmp_path / 'l.db'}", make_terms(), config)
+    try:
+        body = {"model": SIM_MODEL, "messages": MESSAGES, "stream": True}
+        headers = {"authorization": f"Bearer {env.trial_token()}"}
+        resp = httpx.post(f"{env.base_url}/chat/completions", json=body, headers=headers)
+        assert resp.status_code == 200
+        events = [e for e in resp.content.split(b"\n\n") if e.strip()]
+        assert events[0] == event.strip()
+        assert b"[DONE]" not in resp.content
+        assert events[-1].startswith(b"data: ")
+        error = json.loads(events[-1].removeprefix(b"data: "))["error"]
+        assert (error["type"], error["code"]) == ("upstream_error", "upstream_stream_cut")
+        assert error["message"].startswith("upstream stream broke: ")
+        (call,) = env.calls()
+        assert call.allowed and call.status == 200 and call.stream
+        assert call.usage_estimated and call.tokens.total == call.reserved > 0
+        assert call.reason is not None and call.reason.startswith("upstream stream broke: ")
     finally:
         close_env(env)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import openai
 import pytest
+from click.testing import CliRunner
 
+from holedger.cli import cli
 from holedger.errors import ConfigError
 from holedger.gateway.config import GatewayConfig
 from holedger.gateway.serve import AppServer
@@ -91,3 +93,55 @@ def test_bad_configurations_are_refused(table: dict[str, object]) -> None:
 def test_simulator_upstream_by_configuration() -> None:
     config = GatewayConfig.from_mapping({"upstream": "simulator", "simulator_seed": 3})
     assert config.upstream.simulator and config.upstream.simulator_seed == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "setting"),
+    [
+        ('upstream = "simulator"\ndefault_max_tokens = "lots"', "default_max_tokens = 'lots'"),
+        ('upstream = "simulator"\nmax_body_bytes = 1.5', "max_body_bytes = 1.5"),
+        ('upstream = "simulator"\noptimizer_models = "gpt-4.1"', "optimizer_models = 'gpt-4.1'"),
+        ('upstream = "simulator"\naliases = ["gpt-4.1"]', "aliases = ['gpt-4.1']"),
+        ('upstream = "simulator"\nevent_linger_s = 60', "event_linger_s = 60"),
+        ('upstream = "simulator"\nupstream_timeout_s = "10"', "upstream_timeout_s = '10'"),
+        ('upstrem_base_url = "http://x/v1"', "upstrem_base_url is not a gateway setting"),
+        ('upstream_base_url = "ftp://x/v1"', "upstream_base_url = 'ftp://x/v1'"),
+        ('upstream = "sim"', "upstream = 'sim'"),
+        ("default_max_tokens = 10", "[gateway] names no upstream"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_file_and_the_setting(
+    tmp_path: Path, body: str, setting: str
+) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(f"[gateway]\n{body}\n")
+    with pytest.raises(ConfigError) as info:
+        GatewayConfig.load(path)
+    line = info.value.one_line()
+    assert line.startswith(f"{path}: {setting}"), line
+    assert "\n" not in line and info.value.hint, line
+
+
+def test_an_upstream_url_with_credentials_is_refused_without_echoing_them(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text('[gateway]\nupstream_base_url = "https://me:s3cret@example.com/v1"\n')
+    with pytest.raises(ConfigError) as info:
+        GatewayConfig.load(path)
+    line = info.value.one_line()
+    assert line.startswith(f"{path}: upstream_base_url carries credentials"), line
+    assert "s3cret" not in line and "upstream_api_key_env" in line
+
+
+def test_serve_says_where_its_gateway_settings_are_and_which_is_bad(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert CliRunner().invoke(cli, ["--home", str(home), "init"]).exit_code == 0
+    shown = CliRunner().invoke(cli, ["--home", str(home), "serve", "--help"])
+    assert "HOME/gateway.toml" in " ".join(shown.output.split()), shown.output
+    (home / "gateway.toml").write_text('[gateway]\nupstream = "simulator"\nevent_backlog = 0\n')
+    argv = ["--home", str(home), "serve", "--port", "0", "--gateway-port", "0"]
+    result = CliRunner().invoke(cli, argv, prog_name="holedger")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"holedger: error: {home / 'gateway.toml'}: event_backlog = 0")
+    assert "(hint: " in lines[0]

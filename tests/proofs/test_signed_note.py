@@ -195,6 +195,31 @@ def test_both_vkey_parsers_take_one_spelling_only() -> None:
         assert str(from_vkey.value) == str(note_vkey.value)
 
 
+def test_a_vkey_whose_name_changed_case_says_so_not_that_the_key_is_wrong() -> None:
+    # The key id hashes the name as written: a name retyped in upper case gives another
+    # id. Both parsers say that, naming the name the id belongs to, for note keys (0x01)
+    # and witness keys (0x04) alike; a name changed otherwise is named too.
+    key = SigningKey.from_seed("holedger-operator", bytes(range(32))).public
+    witness = cosigner_vkey(key)
+    for vkey, parsers in (
+        (key.vkey(), (PublicKey.from_vkey, parse_vkey)),
+        (witness, (parse_vkey,)),
+    ):
+        name, rest = vkey.split("+", 1)
+        for parse in parsers:
+            with pytest.raises(UsageError) as upper:
+                parse(f"{name.upper()}+{rest}")
+            message = upper.value.one_line()
+            assert "does not match its key" not in message
+            assert f"is that of the name '{name}', not '{name.upper()}'" in message
+            assert "computed over the name as written" in message and "(hint: " in message
+            with pytest.raises(UsageError) as renamed:
+                parse(f"someone-else+{rest}")
+            message = renamed.value.one_line()
+            assert "does not match the name 'someone-else' and the key" in message, message
+            assert "(even its case)" in message
+
+
 @pytest.mark.parametrize(
     "vkey",
     [

@@ -266,7 +266,10 @@ def test_missing_and_altered_blobs(
         for projections in ((), None):
             report = replays(run_id, records, damaged, monkeypatch, projections=projections)
             assert "blobs" in report.failed_checks()
-            assert report.failures[0].seq == named.index(digest)
+            first = next(f for f in report.failures if f.check == "blobs")
+            assert first.seq == named.index(digest)
+            seqs = [f.seq for f in report.failures]
+            assert seqs == sorted(seqs, key=lambda seq: (seq is None, seq or 0))
 
 
 # ---------------------------------------------------------------------------- with the key

@@ -6,6 +6,7 @@ script in a real subprocess.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -223,6 +224,42 @@ def test_a_reader_that_closes_the_pipe_is_no_failure(
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
     assert err == b""
+
+
+def test_output_to_a_pipe_keeps_keys_digests_and_paths_whole(
+    home: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Output that is not a terminal is not wrapped at 80 columns: the key replay asks
+    to pin, the bundle's sha256, the signer's key and a long path each come out whole
+    on one line of the pipe, as they would be copied from a log."""
+    path, run_id = home
+    vkey = SigningKey.load(Settings.resolve(path).key_path).public.vkey()
+    folder = tmp_path / ("a-folder-with-a-name-long-enough-to-push-any-path-past-80-" * 2)
+    folder.mkdir()
+    bundle, attestation = folder / "run.hlb", folder / "result.intoto.json"
+    env = dict(os.environ, HOLEDGER_HOME=str(path))
+    for name in ("HOLEDGER_LEDGER", "COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE"):
+        env.pop(name, None)
+
+    def lines(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "holedger.cli", *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    replayed = lines("replay", run_id)
+    assert any(vkey in line and "pin with --trusted-key" in line for line in replayed)
+    exported = lines("export", run_id, "-o", str(bundle))
+    digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
+    assert any(digest in line and str(bundle) in line for line in exported), exported
+    attested = lines("attest", run_id, "-o", str(attestation), "--bundle", str(bundle))
+    assert any(vkey in line and str(attestation) in line for line in attested), attested
 
 
 @pytest.mark.parametrize(

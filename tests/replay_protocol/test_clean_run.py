@@ -136,12 +136,17 @@ def test_rejections_the_rules_demand_are_right(
     assert "4 rejected" in {c.name: c.detail for c in report.checks}["budget"]
 
 
+@pytest.mark.parametrize("where", ["middle", "before the first trial"])
 def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only(
-    ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ledger: Ledger,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
 ) -> None:
-    """A run broken at seq N: the budget, protocol and score checks were judged on seq 0
-    to N - 1 only, and each of them (and each failure they add) says so; the integrity
-    checks and their failures are stated as they are."""
+    """A run broken at seq N: the budget, protocol, isolation and score checks were judged
+    on seq 0 to N - 1 only, and each of them (and each failure they add, and each line
+    printed from what they found) says so; the integrity checks and their failures are
+    stated as they are. The failures are listed in the order of the log."""
     from ledger.attacker import forge_signature
 
     from holedger.ledger.records import parse_record
@@ -156,29 +161,37 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     extra = {"task_data": task_data()}
     intact = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
     assert intact.verified and not any("[judged" in c.detail for c in intact.checks)
-    at = len(records) // 2
+    types = [parse_record(raw).type for raw in records]
+    at = len(records) // 2 if where == "middle" else types.index("TrialCompleted")
     records[at] = forge_signature(records[at])
     report = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
     integrity = {name for name, _ in CHECKS}
-    first = report.failures[0]
-    etype = parse_record(records[at]).type
-    assert (first.seq, first.type, first.check) == (at, etype, "signatures")
-    assert not first.reason.startswith("[")
+    broken = [f for f in report.failures if f.check in integrity]
+    assert (broken[0].seq, broken[0].type, broken[0].check) == (at, types[at], "signatures")
+    assert not broken[0].reason.startswith("[")
+    seqs = [f.seq for f in report.failures]
+    assert seqs == sorted(seqs, key=lambda seq: (seq is None, seq or 0)), report.failures
     later = [c for c in report.checks if c.name not in integrity]
-    assert {c.name for c in later} >= set(OUR_CHECKS)
+    assert {c.name for c in later} >= {*OUR_CHECKS, "isolation"}
+    judged = f"[judged on seq 0 to {at - 1} only, where the log is intact]"
     for check in later:
-        assert check.detail.startswith(f"[judged on seq 0 to {at - 1} only"), check
+        assert check.detail.startswith(judged), check
     for failure in report.failures:
         assert failure.reason.startswith("[judged") == (failure.check not in integrity)
-    # The terminal shows the same words: a bracket in a detail is text, not a style tag.
+    # The terminal shows the same words: a bracket in a detail is text, not a style tag;
+    # the lines printed from the sections (scores, leakage, safety) carry them too.
     from holedger.replay.commands import print_report
 
     monkeypatch.setenv("COLUMNS", "400")
     capsys.readouterr()
     print_report(report)
     shown = capsys.readouterr().out
-    judged = f"[judged on seq 0 to {at - 1} only, where the log is intact]"
     assert shown.count(judged) >= len(later), shown
+    lines = shown.splitlines()
+    for name in ("leakage audit", "leakage candidate scan", "safety"):
+        assert any(line.startswith(f"{name}: {judged} ") for line in lines), (name, shown)
+    if report.sections.get("scores", {}).get("scored"):
+        assert any(line.startswith(f"scores: {judged} E(H+) ") for line in lines), shown
 
 
 def test_counts_in_check_details_take_the_number_they_need() -> None:

@@ -1,0 +1,126 @@
+"""Numbers for people read alike everywhere: a score or gain as a short decimal, with the
+exact rational where there is room (verify-attestation, replay, the demo); every score
+and mean on the HTML page to three decimals; one wording for g against the band. JSON
+keeps the exact strings."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from holedger.cli import cli
+from holedger.config import Settings
+from holedger.demo.run import DemoSummary, print_summary
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+from holedger.replay.engine import replay_run
+from holedger.replay.html import build_report
+from holedger.replay.report import CheckResult, ReplayReport
+
+from .synthetic_run import record_synthetic_run
+
+DECIMAL = re.compile(r"^-?\d\.\d{3}$")
+
+
+@pytest.fixture()
+def home(tmp_path: Path) -> Iterator[tuple[Settings, str]]:
+    cfg = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(cfg)
+    ledger = Ledger.from_settings(cfg)
+    try:
+        run_id = record_synthetic_run(ledger)
+    finally:
+        ledger.close()
+    yield cfg, run_id
+
+
+def _cli(cfg: Settings, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--home", str(cfg.home), *args])
+    return result.exit_code, result.output
+
+
+def test_verify_attestation_prints_g_as_replay_does(
+    home: tuple[Settings, str], tmp_path: Path
+) -> None:
+    cfg, run_id = home
+    att = tmp_path / "result.intoto.json"
+    assert _cli(cfg, "attest", run_id, "-o", str(att))[0] == 0
+    vkey = SigningKey.load(cfg.key_path).public.vkey()
+    code, text = _cli(cfg, "verify-attestation", str(att), "--trusted-key", vkey, "--json")
+    assert code == 0, text
+    g = json.loads(text)["statement"]["predicate"]["g"]
+    exact = Fraction(g)  # JSON keeps the ledger's exact string
+    assert exact.denominator > 1
+    code, text = _cli(cfg, "verify-attestation", str(att), "--trusted-key", vkey)
+    assert code == 0, text
+    assert text.rstrip().endswith(f", g {float(exact):.3f} ({exact})"), text
+
+
+def test_every_score_and_mean_on_the_page_has_three_decimals(home: tuple[Settings, str]) -> None:
+    cfg, run_id = home
+    ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    try:
+        page = build_report(ledger, run_id, replay_run(ledger, run_id))
+    finally:
+        ledger.close()
+    trial_scores = re.findall(r"tokens, score ([^<]+)</title>", page)
+    assert {"0.000", "0.500", "1.000"} <= set(trial_scores), trial_scores
+    shown = [*trial_scores, *re.findall(r"mean ([^<]+)</title>", page)]
+    shown += re.findall(r"g = (-?[\d./]+)", page)
+    shown += re.findall(r"resolution band (?:\+/- )?([\d./]+)", page)
+    shown += re.findall(r"seed E\(H0\) on test ([^<]+)</text>", page)
+    start = page.index("<h3>Candidates")
+    end = page.index("</table>", page.index("<h3>Evaluation requests"))
+    cells = re.findall(r"<td>([^<]*)</td>", page[start:end])
+    shown += [w for cell in cells for w in cell.split() if re.fullmatch(r"[\d.]+", w) and "." in w]
+    at = page.index("per-case held-out scores")
+    per_case = page[at : page.index("</details>", at)]
+    shown += [w for cell in re.findall(r"<td>([\d. ]+)</td>", per_case) for w in cell.split()]
+    assert len(shown) > 40
+    assert [s for s in shown if not DECIMAL.match(s)] == []
+
+
+def test_g_against_the_band_has_one_wording_in_replay_and_the_demo(
+    home: tuple[Settings, str],
+) -> None:
+    cfg, run_id = home
+    code, text = _cli(cfg, "replay", run_id)
+    assert code in (0, 1), text  # the synthetic run need not verify: its scores are shown
+    assert "g 0.850 (17/20) (above the resolution band" in " ".join(text.split()), text
+    for g, says in ((Fraction(7, 10), "above"), (Fraction(1, 50), "not above")):
+        summary = DemoSummary(
+            run_id=run_id,
+            verified=True,
+            test_score=Fraction(13, 16),
+            seed_score=Fraction(3, 8),
+            g=g,
+            resolution_band=Fraction(1, 20),
+            backend="bwrap",
+            isolation="isolated",
+            report=cfg.home / "report.html",
+            budget={},
+            seconds=1.0,
+            replay_command=f"holedger replay {run_id}",
+            optimizer_log=cfg.home / "optimizer.jsonl",
+            optimizer_exit=0,
+        )
+        report = ReplayReport(
+            run_id=run_id,
+            verified=True,
+            events=1,
+            checks=[CheckResult(name="signatures", ok=True, detail="")],
+            failures=[],
+        )
+        buffer = io.StringIO()
+        print_summary(Console(file=buffer, width=120, highlight=False), summary, report)
+        out = buffer.getvalue()
+        assert f"{says} the resolution band 0.050 (1/20)" in out, out
+        assert "exceed" not in out and "NOT" not in out
