@@ -37,6 +37,10 @@ COMMITTED = "candidates_committed"
 SEALED = "test_split_sealed"
 NOMINATION = "nomination"
 TRIALS = "trials_match_requests"
+# More trials than one request of any run may ask for (the server refuses attempts over
+# 10,000 and a split's cases are far fewer than 100): an accepted request past it is
+# refused here, not listed pair by pair.
+MAX_REQUEST_TRIALS = 1_000_000
 
 CHECKS = (
     (COMMITTED, "every evaluated or nominated candidate was committed before"),
@@ -111,7 +115,20 @@ class ProtocolProjection:
             self._fail(seq, etype, f"request id {req.request_id} used twice", TRIALS)
             return
         accepted = req.decision == "accepted"
-        expected = {(c, a) for c in req.case_ids for a in range(req.attempts)}
+        # Only an accepted request has trials to match; a rejected one may name any number
+        # of attempts (it costs nothing), so its pairs are never listed.
+        expected: set[tuple[str, int]] = set()
+        if accepted and len(req.case_ids) * req.attempts > MAX_REQUEST_TRIALS:
+            self._fail(
+                seq,
+                etype,
+                f"accepted request {req.request_id} asks for "
+                f"{len(req.case_ids) * req.attempts} trials, more than any run may hold "
+                f"({MAX_REQUEST_TRIALS})",
+                TRIALS,
+            )
+        elif accepted:
+            expected = {(c, a) for c in req.case_ids for a in range(req.attempts)}
         self.requests[req.request_id] = _Request(seq, req.candidate, req.split, accepted, expected)
         if not accepted:
             return

@@ -214,7 +214,7 @@ async def _json_body(request: Request, cap: int) -> Any:
     raw = await _body(request, cap)
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # too deep a nesting too
         raise ApiError(400, "invalid_request", "body is not JSON") from exc
 
 

@@ -66,6 +66,8 @@ class TreeLimits:
 
 
 DEFAULT_LIMITS = TreeLimits()
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,30 @@ def signature() -> pygit2.Signature:
 
 
 def clean_path(path: str) -> str:
-    """``path`` as a safe relative POSIX path, or CandidateRefused naming the problem."""
+    """``path`` as a safe relative POSIX path, or CandidateRefused naming the problem.
+
+    It must be UTF-8 text (the tree is recorded as JSON text in CandidateCommitted), each
+    name at most MAX_NAME_BYTES and the whole at most MAX_PATH_BYTES (as on common file
+    systems; the recorded list of changed paths stays small).
+    """
     if not isinstance(path, str) or not path:
         raise CandidateRefused("empty path in candidate tree")
+    try:
+        size = len(path.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise CandidateRefused(
+            f"path {path[:200]!r} is not UTF-8 text",
+            hint="rename the file: every path in a candidate tree must be valid UTF-8",
+        ) from None
+    if size > MAX_PATH_BYTES:
+        raise CandidateRefused(
+            f"path {path[:80]!r}... is {size} bytes, over the {MAX_PATH_BYTES} byte limit"
+        )
+    for name in path.split("/"):
+        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+            raise CandidateRefused(
+                f"name {name[:80]!r}... in the candidate tree is over {MAX_NAME_BYTES} bytes"
+            )
     if "\x00" in path or "\\" in path:
         raise CandidateRefused(f"path {path!r} holds a NUL or a backslash")
     if path.startswith("/"):
@@ -290,6 +313,9 @@ def changed_paths(before: Mapping[str, str], after: Mapping[str, str]) -> list[s
 def _write_tree(repo: pygit2.Repository, files: FileMap) -> pygit2.Oid:
     nested: dict[str, Any] = {}
     for path, entry in files.items():
+        # Every path, however the tree came (folder, archive, JSON, a caller's map).
+        if clean_path(path) != path:
+            raise CandidateRefused(f"path {path!r} is not in normal form")
         node = nested
         parts = path.split("/")
         for part in parts[:-1]:

@@ -76,6 +76,8 @@ from holedger.server.trials import TrialGateway, TrialOutcome, TrialPlan, TrialR
 BASELINE_OPTIMIZER = "seed-baseline"
 DEFAULT_WORKERS = 2
 MAX_DECIDE_ATTEMPTS = 200
+# The most attempts one evaluation request may ask for (each is a trial per case).
+MAX_ATTEMPTS = 10_000
 T = TypeVar("T")
 Item = tuple[str, BaseModel, Role]
 
@@ -293,6 +295,13 @@ class RunService:
         baseline: bool = True,
     ) -> OpenedRun:
         """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
+        if not optimizer or len(optimizer) > 200 or not optimizer.isprintable():
+            # Checked before anything is made: the label is recorded as text in RunOpened.
+            raise UsageError(
+                f"optimizer label {optimizer[:80]!r} is not a printable name of 1 to 200 "
+                "characters",
+                hint="name the optimizer with plain text, e.g. --optimizer my-search",
+            )
         if Path(task_ref).is_dir():
             task_ref = str(Path(task_ref).resolve())  # later commands may run elsewhere
         task = self.task(task_ref)
@@ -411,6 +420,13 @@ class RunService:
             raise UsageError(f"unknown split {split!r}", hint="use dev or val")
         if attempts < 1:
             raise UsageError(f"attempts must be at least 1, got {attempts}")
+        if attempts > MAX_ATTEMPTS:
+            # Not recorded: no budget holds that many, and its record would cost every
+            # replay of the run (or, past 2**53, could not be written at all).
+            raise UsageError(
+                f"attempts must be at most {MAX_ATTEMPTS}, got {attempts}",
+                hint="ask for fewer attempts; the budget counts each one",
+            )
         state = self.states.current(run_id)
         _open_for_search(state)
         commit = state.resolve_candidate(candidate)
@@ -428,7 +444,7 @@ class RunService:
             # Not recorded: replay cannot re-check membership without the task's case list,
             # so a request naming unknown cases is malformed, not a protocol decision.
             raise NotFoundError(
-                f"case {unknown[0]} is not in the {split} split",
+                f"case {unknown[0]!r} is not in the {split} split",
                 hint="GET the run for the dev and val case ids",
             )
         request_id = f"req-{uuid.uuid4().hex[:16]}"

@@ -26,13 +26,16 @@ from typing import Any, Protocol
 
 from holedger.errors import CanonicalError
 from holedger.ledger.store import Ledger
-from holedger.schemas.canonical import MAX_SAFE_INTEGER, canonical_json
+from holedger.schemas.canonical import MAX_DEPTH, MAX_SAFE_INTEGER, canonical_json, plain_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
 from holedger.server import rules
 from holedger.server.candidates import CandidateRepo, remove_tree
 from holedger.server.sandbox import Backend, Limits, SandboxResult, SandboxSpec
 
 MAX_ANSWER_BYTES = 1 << 20
+# How deep an answer may nest: a dev projection holds it about 8 levels down in its event,
+# and the whole event must stay within the canonical depth limit (64).
+MAX_ANSWER_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ def parse_answer(stdout: bytes) -> tuple[Any | None, Any | None]:
             recorded = json.loads(chunk, parse_float=str, parse_int=_safe_int)
             canonical_json(recorded)
         except (ValueError, CanonicalError, RecursionError):
+            continue
+        if not plain_json(recorded, MAX_DEPTH - MAX_ANSWER_DEPTH):
+            # Recorded inside a projection inside an event, the answer must still fit the
+            # canonical depth limit there: a deeper one is no answer.
             continue
         return natural, recorded
     return None, None

@@ -228,13 +228,18 @@ def test_malformed_requests_are_refused_without_a_record(
             {"candidate": "seed", "split": "dev", "case_ids": ["no-such-case"]},
             {"candidate": "nope", "split": "dev"},
             {"split": "dev"},
+            {"candidate": "seed", "split": "dev", "attempts": 2**60},
         ]
         for body in bad:
             response = http.post(url, json=body)
             assert response.status_code in (400, 404), (body, response.text)
             assert "error" in response.json()
-        raw = http.post(url, content=b"{not json", headers={"content-type": "application/json"})
-        assert raw.status_code == 400
+        for content in (b"{not json", b"[" * 100_000 + b"]" * 100_000):
+            raw = http.post(url, content=content, headers={"content-type": "application/json"})
+            assert raw.status_code == 400, raw.text
+        surrogate = b'{"candidate": "seed", "split": "dev", "case_ids": ["\\ud800"]}'
+        raw = http.post(url, content=surrogate, headers={"content-type": "application/json"})
+        assert raw.status_code == 404 and "ud800" in raw.json()["error"]["message"], raw.text
         text = http.post(
             f"/v1/runs/{run}/candidates", content=b"x", headers={"content-type": "text/plain"}
         )
