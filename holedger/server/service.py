@@ -540,13 +540,21 @@ class RunService:
     # ------------------------------------------------------------------ nominate
 
     def nominate(self, run_id: str, candidate: str) -> ScoredRun:
-        """Nominate once, score the candidate on every test case K times, close the run."""
+        """Nominate once, score the candidate on every test case K times, close the run.
+
+        A nomination cut short (the server stopped during held-out scoring, or before it
+        closed the run) is finished by nominating the same candidate again: the recorded
+        nomination and held-out request are reused, the trials run (they and RunScored
+        are one append, so none of them was recorded), and the run is closed.
+        """
         opened = self.ledger.run_terms(run_id)
         task = self.run_task(run_id)
         terms = task.terms
 
         def decide(st: RunState) -> tuple[list[Item], str]:
-            if st.nominated is not None or st.closed:
+            if st.closed or (
+                st.nominated is not None and st.resolve_candidate(candidate) != st.nominated
+            ):
                 raise PolicyError(
                     f"run {run_id} already has a nomination ({(st.nominated or '?')[:12]})",
                     hint="a run nominates exactly once",
@@ -554,15 +562,22 @@ class RunService:
             commit = st.resolve_candidate(candidate)
             if commit is None:
                 raise NotFoundError(f"no committed candidate {candidate!r} in run {run_id}")
+            if st.nominated is not None:
+                return [], commit  # resuming the nomination cut short
             return [("CandidateNominated", CandidateNominated(candidate=commit), "server")], commit
 
         commit = self._decide(run_id, decide)
+        scored_already = self.states.current(run_id).scored
+        if scored_already is not None:
+            return self._close_scored(run_id, scored_already)
         test_cases = {c.id: c for c in task.cases("test")}
         ids = list(test_cases)
         request_id = f"heldout-{uuid.uuid4().hex[:12]}"
         cost = rules.request_cost(terms.split_sizes["test"], len(ids), terms.k)
 
         def held_out(st: RunState) -> tuple[list[Item], EvaluationRequested]:
+            if st.heldout is not None:
+                return [], st.heldout  # resuming: its trials were never recorded
             reason = rules.request_problem(
                 terms, "test", ids, terms.k, nominated=True, known_cases=set(test_cases)
             )
@@ -602,7 +617,13 @@ class RunService:
             g=gain,
         )
         self._append(run_id, [*_trial_items(outcomes), ("RunScored", scored, "server")])
-        result = ScoredRun(run_id, commit, terms.k, e_plus, e0, gain, per_case)
+        return self._close_scored(run_id, scored)
+
+    def _close_scored(self, run_id: str, scored: RunScored) -> ScoredRun:
+        per_case = {c.case_id: list(c.scores) for c in scored.per_case}
+        result = ScoredRun(
+            run_id, scored.candidate, scored.k, scored.e_h_plus, scored.e_h0, scored.g, per_case
+        )
         summary = {k: v for k, v in result.as_json().items() if k != "per_case"}
         for _ in range(MAX_DECIDE_ATTEMPTS):
             try:

@@ -20,6 +20,7 @@ from holedger.schemas.events import (
     DisclosureProjected,
     EvaluationRequested,
     RunOpened,
+    RunScored,
 )
 from holedger.server import rules
 
@@ -46,8 +47,10 @@ class RunState:
     used: BudgetUse = field(default_factory=rules.no_use)
     requests: int = 0
     nominated: str | None = None
-    scored: bool = False
+    scored: RunScored | None = None
     closed: bool = False
+    # The held-out request recorded after the nomination (a resumed nomination reuses it).
+    heldout: EvaluationRequested | None = None
     disclosed: set[str] = field(default_factory=set)
     projections: dict[str, str] = field(default_factory=dict)  # request id -> digest
 
@@ -63,6 +66,8 @@ class RunState:
             self.requests += 1
             if req.decision == "accepted":
                 self.used = rules.add_use(self.used, req.split, req.cost)
+                if req.split == "test" and self.nominated is not None:
+                    self.heldout = req
         elif rec.type == "DisclosureProjected":
             proj = DisclosureProjected.model_validate(rec.payload)
             self.projections[proj.request_id] = proj.projection_digest
@@ -70,7 +75,7 @@ class RunState:
         elif rec.type == "CandidateNominated":
             self.nominated = str(rec.payload["candidate"])
         elif rec.type == "RunScored":
-            self.scored = True
+            self.scored = RunScored.model_validate(rec.payload)
         elif rec.type == "RunClosed":
             self.closed = True
 
@@ -137,6 +142,7 @@ def _snapshot(state: RunState) -> RunState:
         nominated=state.nominated,
         scored=state.scored,
         closed=state.closed,
+        heldout=state.heldout,
         disclosed=set(state.disclosed),
         projections=dict(state.projections),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,3 +226,59 @@ def test_every_run_in_the_shared_home_replays_once_closed(service: RunService) -
             service.nominate(run_id, "seed")
     for run_id in runs:
         assert_replay_verifies(service.ledger, run_id)
+
+
+def test_a_nomination_cut_short_during_held_out_scoring_is_finished_by_nominating_again(
+    service: RunService, tiny: ServerTask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server stops while the held-out trials run: the nomination and the held-out
+    # request are recorded, the trials and RunScored (one append) are not.
+    run_id = service.open_run("tiny").run_id
+    other = perfect_candidate(service, run_id, tiny)
+    run_trials = RunService._run_trials
+
+    def stopped(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunService, "_run_trials", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        service.nominate(run_id, "seed")
+    monkeypatch.setattr(RunService, "_run_trials", run_trials)
+    with pytest.raises(PolicyError, match="already has a nomination"):
+        service.nominate(run_id, other)
+    scored = service.nominate(run_id, "seed")
+    assert scored.candidate == tiny.terms.seed_commit
+    types = [r.type for r in service.ledger.records(run_id)]
+    assert types.count("CandidateNominated") == 1 and types.count("RunScored") == 1
+    heldout = [
+        r
+        for r in service.ledger.records(run_id)
+        if r.type == "EvaluationRequested" and r.payload["split"] == "test"
+    ]
+    assert len(heldout) == 1  # reused, not asked again
+    assert types[-2:] == ["RunClosed", "Checkpoint"]
+    assert_replay_verifies(service.ledger, run_id)
+
+
+def test_a_run_scored_but_not_closed_is_closed_by_nominating_again(
+    service: RunService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = service.open_run("tiny").run_id
+    close_run = service.ledger.close_run
+
+    def stopped(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(service.ledger, "close_run", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        service.nominate(run_id, "seed")
+    monkeypatch.setattr(service.ledger, "close_run", close_run)
+    first = [r.type for r in service.ledger.records(run_id)]
+    assert "RunScored" in first and "RunClosed" not in first
+    scored = service.nominate(run_id, "seed")
+    types = [r.type for r in service.ledger.records(run_id)]
+    assert types.count("RunScored") == 1 and types.count("TrialCompleted") == first.count(
+        "TrialCompleted"
+    )
+    assert scored.e_h0 is not None and "RunClosed" in types
+    assert_replay_verifies(service.ledger, run_id)
