@@ -59,8 +59,10 @@ class UpstreamConfig:
         value = os.environ.get(self.api_key_env)
         if not value:
             raise ConfigError(
-                f"environment variable {self.api_key_env} (the upstream key) is not set",
-                hint=f"export {self.api_key_env}=... before starting the gateway",
+                f"environment variable {self.api_key_env} (the upstream key, named by "
+                "upstream_api_key_env in the gateway configuration) is not set",
+                hint=f"export {self.api_key_env}=... before starting the gateway, or name "
+                "another variable in HOME/gateway.toml",
             )
         return value
 

@@ -145,3 +145,20 @@ def test_serve_says_where_its_gateway_settings_are_and_which_is_bad(tmp_path: Pa
     assert len(lines) == 1, result.output
     assert lines[0].startswith(f"holedger: error: {home / 'gateway.toml'}: event_backlog = 0")
     assert "(hint: " in lines[0]
+
+
+def test_an_unset_upstream_key_names_the_setting_and_the_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HOLEDGER_TEST_UPSTREAM_KEY", raising=False)
+    config = GatewayConfig.from_mapping(
+        {
+            "upstream_base_url": "http://127.0.0.1:9/v1",
+            "upstream_api_key_env": "HOLEDGER_TEST_UPSTREAM_KEY",
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        config.upstream.api_key()
+    assert "HOLEDGER_TEST_UPSTREAM_KEY" in info.value.message
+    assert "upstream_api_key_env" in info.value.message
+    assert info.value.hint is not None and "gateway.toml" in info.value.hint

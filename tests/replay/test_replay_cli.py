@@ -208,6 +208,25 @@ def test_console_script_in_a_subprocess(home: tuple[Path, str]) -> None:
     assert missing.stderr.startswith("holedger: error:")
 
 
+def test_python_dash_m_holedger_is_the_same_command(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    env = dict(os.environ, HOLEDGER_HOME=str(path))
+    env.pop("HOLEDGER_LEDGER", None)
+    ok = subprocess.run(
+        [sys.executable, "-m", "holedger", "replay", run_id, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["verified"] is True
+    missing = subprocess.run(
+        [sys.executable, "-m", "holedger", "replay"], capture_output=True, text=True, env=env
+    )
+    assert missing.returncode == 2 and missing.stderr.startswith("holedger: error:")
+
+
 @pytest.mark.parametrize("args", [["replay", "RUN"], ["replay", "RUN", "--json"], ["run", "list"]])
 def test_a_reader_that_closes_the_pipe_is_no_failure(
     home: tuple[Path, str], args: list[str]
