@@ -64,8 +64,29 @@ def _read_text(path: str, what: str) -> str:
 def _write_text(path: str | None, text: str) -> None:
     if path is None or path == "-":
         click.echo(text, nl=False)
-    else:
-        Path(path).write_text(text, encoding="utf-8")
+        return
+    out = _output_path(path)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}", hint=_WRITE_HINT) from exc
+
+
+_WRITE_HINT = "give -o a file path you may write"
+
+
+def _output_path(path: str) -> Path:
+    """``path``, its folder made if missing (as ``report -o`` does), or a one-line error."""
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot make the folder of {path}: {exc.strerror}", hint=_WRITE_HINT
+        ) from exc
+    if out.is_dir():
+        raise UsageError(f"{path} is a folder", hint=_WRITE_HINT)
+    return out
 
 
 def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | None) -> Any:
@@ -154,11 +175,13 @@ def export_cmd(
         summary = export_bundle(
             ledger,
             run_id,
-            output,
+            _output_path(output),
             redact=redact,
             repo_path=cfg.run_repo(run_id),
             checkpoints=notes,
         )
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror}", hint=_WRITE_HINT) from exc
     finally:
         ledger.close()
     data = {
@@ -289,7 +312,7 @@ def prove_cmd(
         if not 0 <= seq < size:
             raise UsageError(
                 f"event {seq} is not covered by the latest checkpoint (size {size})",
-                hint=f"choose a seq below {size}",
+                hint=f"choose a seq from 0 to {size - 1}",
             )
         proof_hashes = log.tree.inclusion_proof(seq, size)
         text = TlogProof(seq, tuple(proof_hashes), log.checkpoint_note, log.records[seq]).render()
@@ -639,7 +662,7 @@ def attest_cmd(
     if bundle_file:
         subjects.append((Path(bundle_file).name, _file_sha256(bundle_file)))
     envelope = attest(subjects, predicate, key)
-    Path(output).write_text(json.dumps(envelope, indent=2) + "\n", encoding="utf-8")
+    _write_text(output, json.dumps(envelope, indent=2) + "\n")
     if as_json:
         emit_json({"path": output, "subjects": subjects, "verdict": predicate["verdict"]})
     else:

@@ -359,7 +359,8 @@ class LeakageProjection:
             out.check(
                 SCAN,
                 True,
-                f"{len(self.candidates)} candidates scanned ({scan.files} changed files): "
+                f"{counted(len(self.candidates), 'candidate')} scanned "
+                f"({counted(scan.files, 'changed file')}): "
                 "the nominated one holds no test answers or case ids",
             )
         if others:

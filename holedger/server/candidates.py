@@ -99,8 +99,12 @@ def clean_path(path: str) -> str:
     try:
         size = len(path.encode("utf-8"))
     except UnicodeEncodeError:
+        try:  # name it by its bytes, as a folder read it (b'bad\xff.py')
+            shown = repr(os.fsencode(path[:200]))
+        except UnicodeEncodeError:  # a lone surrogate, as JSON can spell one
+            shown = repr(path[:200])
         raise CandidateRefused(
-            f"path {path[:200]!r} is not UTF-8 text",
+            f"path {shown} is not UTF-8 text",
             hint="rename the file: every path in a candidate tree must be valid UTF-8",
         ) from None
     if size > MAX_PATH_BYTES:

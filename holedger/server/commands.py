@@ -16,7 +16,8 @@ import click
 
 from holedger.errors import UsageError
 from holedger.output import emit_json, settings
-from holedger.replay.report import score_text
+from holedger.replay.report import counted, score_text
+from holedger.server import MAX_ATTEMPTS
 
 
 @contextlib.contextmanager
@@ -112,7 +113,7 @@ def candidate_commit(
     verb = "committed" if result.created else "already committed"
     click.echo(
         f"{verb} candidate {result.index}: {result.candidate} "
-        f"({len(result.changed_paths)} changed paths)"
+        f"({counted(len(result.changed_paths), 'changed path')})"
     )
 
 
@@ -121,7 +122,7 @@ def candidate_commit(
 @click.argument("candidate")
 @click.option("--split", type=click.Choice(["dev", "val", "test"]), required=True)
 @click.option("--cases", default=None, help="Comma-separated case ids (default: the split).")
-@click.option("--attempts", type=int, default=1, show_default=True)
+@click.option("--attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=1, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
 @_json_opt
 @click.pass_context

@@ -56,7 +56,7 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 from holedger.schemas.types import Role
-from holedger.server import rules, taskview
+from holedger.server import MAX_ATTEMPTS, rules, taskview
 from holedger.server.candidates import (
     DEFAULT_LIMITS,
     CandidateRefused,
@@ -76,8 +76,6 @@ from holedger.server.trials import TrialGateway, TrialOutcome, TrialPlan, TrialR
 BASELINE_OPTIMIZER = "seed-baseline"
 DEFAULT_WORKERS = 2
 MAX_DECIDE_ATTEMPTS = 200
-# The most attempts one evaluation request may ask for (each is a trial per case).
-MAX_ATTEMPTS = 10_000
 T = TypeVar("T")
 Item = tuple[str, BaseModel, Role]
 
@@ -419,7 +417,10 @@ class RunService:
         if split not in ("dev", "val", "test"):
             raise UsageError(f"unknown split {split!r}", hint="use dev or val")
         if attempts < 1:
-            raise UsageError(f"attempts must be at least 1, got {attempts}")
+            raise UsageError(
+                f"attempts must be at least 1, got {attempts}",
+                hint="ask for one attempt per case or more",
+            )
         if attempts > MAX_ATTEMPTS:
             # Not recorded: no budget holds that many, and its record would cost every
             # replay of the run (or, past 2**53, could not be written at all).
@@ -740,7 +741,10 @@ class RunService:
 
 def _open_for_search(state: RunState) -> None:
     if state.closed:
-        raise PolicyError(f"run {state.run_id} is closed")
+        raise PolicyError(
+            f"run {state.run_id} is closed",
+            hint="open a new run to search again: holedger run open --task T",
+        )
     if state.nominated is not None:
         raise PolicyError(
             f"run {state.run_id} has nominated {state.nominated[:12]}; the search is over"

@@ -227,3 +227,30 @@ def test_attestation_round_trip_and_independent_dsse_check(
     env["payload"] = base64.b64encode(payload.replace(b'"verified"', b'"failed"')).decode()
     att.write_text(json.dumps(env))
     assert run(sample, "verify-attestation", str(att), "--trusted-key", vkey)[0] == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "RUN"],
+        ["prove", "RUN", "--seq", "0"],
+        ["attest", "RUN"],
+        ["checkpoint", "show", "RUN"],
+    ],
+    ids=lambda a: a[0] if a[0] != "checkpoint" else "checkpoint-show",
+)
+def test_outputs_go_into_new_folders_and_bad_paths_are_one_line_errors(
+    sample: SampleRun, tmp_path: Path, args: list[str]
+) -> None:
+    args = [sample.run_id if a == "RUN" else a for a in args]
+    fresh = tmp_path / "new" / "folder" / "out"
+    code, text = run(sample, *args, "-o", str(fresh))
+    assert code == 0, text
+    assert fresh.stat().st_size > 0
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for bad in (tmp_path, blocker / "under-a-file"):
+        code, text = run(sample, *args, "-o", str(bad))
+        assert code == 2, text
+        assert text.startswith("holedger: error:") and text.count("\n") == 1, text
+        assert "hint:" in text and "Traceback" not in text

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from holedger.errors import HoledgerError, UsageError
+from holedger.server import MAX_ATTEMPTS
 from holedger.server.candidates import (
     MAX_NAME_BYTES,
     MAX_PATH_BYTES,
@@ -20,7 +21,7 @@ from holedger.server.candidates import (
     FileEntry,
     read_directory,
 )
-from holedger.server.service import MAX_ATTEMPTS, RunService
+from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 from holedger.server.trials import MAX_ANSWER_DEPTH
 
@@ -84,9 +85,11 @@ def test_paths_no_event_should_hold_are_refused(
     before = len(list(service.ledger.records(run_id)))
     files = read_directory(tiny.seed_dir)
     files[path] = FileEntry(b"x")
-    with pytest.raises(CandidateRefused):
+    with pytest.raises(CandidateRefused) as refused:
         service.commit_candidate(run_id, files)
     assert len(list(service.ledger.records(run_id))) == before
+    if "\udcff" in path:  # named by the byte the folder holds, not Python's stand-in
+        assert "\\xff" in refused.value.message and "udcff" not in refused.value.message
 
 
 def test_names_at_the_limits_are_committed(service: RunService, tiny: ServerTask) -> None:
