@@ -769,6 +769,19 @@ def _is_hex_oid(text: str) -> bool:
 # ---------------------------------------------------------------------- verifying
 
 
+def _candidate_repo(bundle: RunBundle, where: Path) -> Path:
+    """A bare repository at ``where`` holding the bundled git objects that hash to their
+    ids (GitCheck reports any other), for the candidate scan."""
+    import pygit2
+
+    repo = pygit2.init_repository(str(where), bare=True)
+    for oid, (type_code, span) in bundle.git_spans.items():
+        data = bundle._read(span)
+        if git_object_id(type_code, data).hex() == oid:
+            repo.odb.write(type_code, data)
+    return where
+
+
 def verify_bundle(
     path: str | Path,
     *,
@@ -809,13 +822,18 @@ def verify_bundle(
             if progress is not None:
                 batches = iter(lambda: list(islice(stored, PROGRESS_EVERY)), [])
                 records = with_progress(batches, len(bundle.record_spans), progress)
-            return verify_records(
-                bundle.run_id,
-                records,
-                bundle,
-                trusted_keys=trusted_keys,
-                projections=[*projections, git, checks],
-            )
+            with tempfile.TemporaryDirectory(prefix="holedger-candidates-") as tmp:
+                # The candidates' history, when bundled, is scanned as replay scans the
+                # run's repository (the leakage check's candidate scan).
+                extra = {"run_repo": _candidate_repo(bundle, Path(tmp))} if bundle.git_spans else {}
+                return verify_records(
+                    bundle.run_id,
+                    records,
+                    bundle,
+                    trusted_keys=trusted_keys,
+                    projections=[*projections, git, checks],
+                    extra=extra,
+                )
         except HoledgerError:
             raise
         except Exception as exc:  # hostile content must end in one clear error

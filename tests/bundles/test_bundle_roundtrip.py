@@ -35,8 +35,12 @@ def _core(report: ReplayReport) -> dict[str, object]:
     return data
 
 
-def assert_same_as_replay(ledger: Ledger, run_id: str, bundle: Path) -> ReplayReport:
-    replayed = replay_run(ledger, run_id)
+def assert_same_as_replay(
+    ledger: Ledger, run_id: str, bundle: Path, repo: Path | None = None
+) -> ReplayReport:
+    """The bundle verifies as the run replays; with the candidates' history bundled, as
+    it replays beside its repository (both scan the candidates)."""
+    replayed = replay_run(ledger, run_id, extra={"run_repo": repo} if repo else None)
     verified = verify_bundle(bundle)
     assert _core(verified) == _core(replayed)
     assert verified.verified == replayed.verified
@@ -48,7 +52,7 @@ def test_sample_run_round_trip_on_sqlite(sample: SampleRun, tmp_path: Path) -> N
     summary = export_bundle(sample.ledger, sample.run_id, out, repo_path=sample.repo)
     assert summary.events == len(list(sample.ledger.raw_records(sample.run_id)))
     assert summary.blobs == len(sample.blobs) and summary.git_objects > len(sample.commits)
-    report = assert_same_as_replay(sample.ledger, sample.run_id, out)
+    report = assert_same_as_replay(sample.ledger, sample.run_id, out, sample.repo)
     assert report.verified
     assert report.sections["git"]["candidates_checked"] == len(sample.commits)
     assert report.sections["bundle"]["sha256"] == summary.digest
@@ -85,7 +89,7 @@ def test_round_trip_on_postgresql(pg_url: str, tmp_path: Path) -> None:
         run = record_sample(ledger, settings, candidates=3, pad=12)
         out = tmp_path / "pg.hlb"
         export_bundle(ledger, run.run_id, out, repo_path=run.repo)
-        assert assert_same_as_replay(ledger, run.run_id, out).verified
+        assert assert_same_as_replay(ledger, run.run_id, out, run.repo).verified
         other = record_run(ledger, rounds=2, task_id="pg-other")
         export_bundle(ledger, other, tmp_path / "other.hlb")
         assert not assert_same_as_replay(ledger, other, tmp_path / "other.hlb").verified

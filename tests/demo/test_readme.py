@@ -190,6 +190,19 @@ def test_tour_third_party_bundle(tour: TourState) -> None:
     assert (tour.folder / "run.hlb").stat().st_size > 0
     statement = json.loads((tour.folder / "result.intoto.json").read_text())
     assert "payload" in statement and statement["signatures"]
+    # "everything 'holedger replay' checks, from the file alone": the candidates' history
+    # travels in the bundle, so the leakage check scans the candidates there too.
+    proc = run_blocks(
+        [
+            _prelude(tour),
+            Block(0, "holedger verify run.hlb --json > verified.json || true\n", False),
+        ],
+        tour.folder,
+    )
+    assert proc.returncode == 0
+    checks = json.loads((tour.folder / "verified.json").read_text())["checks"]
+    scan = next(c for c in checks if c["name"] == "candidate_scan")
+    assert scan["ok"] and "skipped" not in scan["detail"], scan
 
 
 def test_tour_blocks_are_all_covered() -> None:
