@@ -127,6 +127,9 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         emit_json(data)
         return
     click.echo(f"run {run_id}  task {opened.task_id}  optimizer {opened.optimizer}  {info.state}")
+    for role, declared in sorted(opened.keys.items()):
+        # As declared by the run (replay checks them; pin them with --trusted-key).
+        click.echo(f"key {role}  {declared.name} {declared.key_id} {declared.public_key}")
     rows = [[name, n] for name, n in sorted(counts.items())]
     console().print(table(None, ["event", "count"], rows))
 

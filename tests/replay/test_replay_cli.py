@@ -331,3 +331,15 @@ def test_run_list_keeps_ids_and_opening_times_whole(
         assert run_id in result.output, result.output
         assert re.search(r"\b20\d\d-\d\d-\d\d \d\d:\d\d\b", result.output), result.output
         assert max(len(line) for line in result.output.splitlines()) <= int(width)
+
+
+def test_run_show_names_the_keys_the_run_declares(home: tuple[Path, str]) -> None:
+    path, run_id = home
+    as_json = CliRunner().invoke(cli, ["--home", str(path), "run", "show", run_id, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    keys = json.loads(as_json.output)["keys"]
+    text = CliRunner().invoke(cli, ["--home", str(path), "run", "show", run_id])
+    assert text.exit_code == 0, text.output
+    for role, key in keys.items():
+        line = f"key {role}  {key['name']} {key['key_id']} {key['public_key']}"
+        assert line in text.output.splitlines(), text.output
