@@ -17,7 +17,7 @@ from holedger.gateway.tokens import TokenRegistry
 from holedger.gateway.wire import ASGIApp, Message, Receive, Scope, Send
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.schemas.events import GatewayCall, TaskTerms, TrialCompleted
+from holedger.schemas.events import GatewayCall, TaskTerms, TokenUsage, TrialCompleted
 
 SIM_MODEL = "holedger-sim-1"
 
@@ -134,6 +134,11 @@ def trial_completed(env: Env, trial_id: str) -> TrialCompleted:
     """Close the trial at the gateway and say what its TrialCompleted must carry."""
     usage = env.gateway.close_trial(env.run_id, trial_id)
     assert usage.complete
+    return completed_trial(trial_id, usage.tokens, usage.calls)
+
+
+def completed_trial(trial_id: str, tokens: TokenUsage, calls: int) -> TrialCompleted:
+    """A TrialCompleted of a dev trial reporting ``tokens`` in ``calls`` gateway calls."""
     return TrialCompleted(
         request_id="r1",
         trial_id=trial_id,
@@ -152,6 +157,6 @@ def trial_completed(env: Env, trial_id: str) -> TrialCompleted:
         output_digest=None,
         trace_digest=None,
         score="1",
-        tokens=usage.tokens,
-        gateway_calls=usage.calls,
+        tokens=tokens,
+        gateway_calls=calls,
     )

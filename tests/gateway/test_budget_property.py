@@ -26,7 +26,7 @@ from holedger.schemas.events import (
 )
 from holedger.schemas.types import ZERO_HASH
 
-from .helpers import digest, make_terms
+from .helpers import completed_trial, digest, make_terms
 
 KEY = SigningKey.generate("property-test")
 
@@ -103,30 +103,7 @@ def trial_totals(events: list[GatewayCall]) -> list[TrialCompleted]:
         assert e.trial_id is not None
         sums[e.trial_id] = add_usage(sums.get(e.trial_id, TokenUsage()), e.tokens)
         counts[e.trial_id] = counts.get(e.trial_id, 0) + 1
-    return [
-        TrialCompleted(
-            request_id="r",
-            trial_id=trial,
-            candidate="c" * 40,
-            split="dev",
-            case_id="c",
-            attempt=0,
-            backend="bwrap",
-            isolation="isolated",
-            limits={},
-            exit_status=0,
-            timed_out=False,
-            oom=False,
-            wall_ms=0,
-            answer_digest=None,
-            output_digest=None,
-            trace_digest=None,
-            score="0",
-            tokens=sums[trial],
-            gateway_calls=counts[trial],
-        )
-        for trial in sorted(sums)
-    ]
+    return [completed_trial(trial, sums[trial], counts[trial]) for trial in sorted(sums)]
 
 
 def replay(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,6 @@ from holedger.replay.engine import replay_run
 from holedger.replay.html import build_report, collect_run
 
 from .html_checks import page_problems, parse_page
-from .synthetic_run import record_synthetic_run
-
-
-@pytest.fixture()
-def home(tmp_path: Path) -> Iterator[tuple[Settings, str]]:
-    cfg = Settings.resolve(tmp_path / "home")
-    Ledger.init_home(cfg)
-    ledger = Ledger.from_settings(cfg)
-    try:
-        run_id = record_synthetic_run(ledger)
-    finally:
-        ledger.close()
-    yield cfg, run_id
 
 
 def _page(cfg: Settings, run_id: str) -> tuple[str, bool]:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -25,21 +23,7 @@ from holedger.replay.engine import replay_run
 from holedger.replay.html import build_report
 from holedger.replay.report import CheckResult, ReplayReport
 
-from .synthetic_run import record_synthetic_run
-
 DECIMAL = re.compile(r"^-?\d\.\d{3}$")
-
-
-@pytest.fixture()
-def home(tmp_path: Path) -> Iterator[tuple[Settings, str]]:
-    cfg = Settings.resolve(tmp_path / "home")
-    Ledger.init_home(cfg)
-    ledger = Ledger.from_settings(cfg)
-    try:
-        run_id = record_synthetic_run(ledger)
-    finally:
-        ledger.close()
-    yield cfg, run_id
 
 
 def _cli(cfg: Settings, *args: str) -> tuple[int, str]:
