@@ -398,15 +398,18 @@ def _add_key(bundle: RunBundle, entry: dict[str, Any]) -> None:
 class GitCheck:
     """Re-checks each CandidateCommitted event against the bundled git objects.
 
-    Every bundled object is re-hashed (its id must be the SHA-1 git gives its bytes)
-    and written by id into a private temporary repository; then each candidate's commit
-    must exist, point at the recorded tree and parent, and have its whole tree present.
+    The bundled objects were re-hashed and written into a private temporary repository
+    (:func:`_candidate_repo`): every object's id must be the SHA-1 git gives its bytes,
+    and each candidate's commit must exist, point at the recorded tree and parent, and
+    have its whole tree present.
     """
 
     name = "git"
 
-    def __init__(self, bundle: RunBundle) -> None:
+    def __init__(self, bundle: RunBundle, repo: Path | None, unhashed: list[str]) -> None:
         self.bundle = bundle
+        self.repo = repo
+        self.unhashed = unhashed
         self.events: list[tuple[int, CandidateCommitted]] = []
 
     def apply(self, rec: Record, payload: Model) -> None:
@@ -415,7 +418,7 @@ class GitCheck:
 
     def finish(self, out: Any) -> None:
         bundle = self.bundle
-        if not bundle.git_spans:
+        if self.repo is None:
             detail = "candidate history not in the bundle: commit ids not re-checked"
             out.declare("git", detail)
             out.section("git", {"included": False, "candidates": len(self.events)})
@@ -430,27 +433,22 @@ class GitCheck:
     def _check(self, out: Any) -> int:
         import pygit2
 
-        with tempfile.TemporaryDirectory(prefix="holedger-git-") as tmp:
-            repo = pygit2.init_repository(tmp, bare=True)
-            for oid, (type_code, span) in self.bundle.git_spans.items():
-                data = self.bundle._read(span)
-                if git_object_id(type_code, data).hex() != oid:
-                    out.fail(
-                        None, None, f"git object {oid[:12]} does not hash to its id", check="git"
-                    )
-                    return 0
-                repo.odb.write(type_code, data)
-            checked = 0
-            for seq, cand in self.events:
-                problem = _candidate_problem(repo, cand)
-                if problem:
-                    out.fail(seq, "CandidateCommitted", problem, check="git")
-                else:
-                    checked += 1
-            for ref, oid in self.bundle.refs.items():
-                if ref != CANDIDATE_REF_PREFIX + oid:
-                    out.fail(None, None, f"git ref {ref} points at {oid[:12]}", check="git")
-            return checked
+        if self.unhashed:
+            oid = self.unhashed[0]
+            out.fail(None, None, f"git object {oid[:12]} does not hash to its id", check="git")
+            return 0
+        repo = pygit2.Repository(str(self.repo))
+        checked = 0
+        for seq, cand in self.events:
+            problem = _candidate_problem(repo, cand)
+            if problem:
+                out.fail(seq, "CandidateCommitted", problem, check="git")
+            else:
+                checked += 1
+        for ref, oid in self.bundle.refs.items():
+            if ref != CANDIDATE_REF_PREFIX + oid:
+                out.fail(None, None, f"git ref {ref} points at {oid[:12]}", check="git")
+        return checked
 
 
 def _candidate_problem(repo: Any, cand: CandidateCommitted) -> str | None:
@@ -769,17 +767,21 @@ def _is_hex_oid(text: str) -> bool:
 # ---------------------------------------------------------------------- verifying
 
 
-def _candidate_repo(bundle: RunBundle, where: Path) -> Path:
-    """A bare repository at ``where`` holding the bundled git objects that hash to their
-    ids (GitCheck reports any other), for the candidate scan."""
+def _candidate_repo(bundle: RunBundle, where: Path) -> list[str]:
+    """Write the bundled git objects that hash to their ids into a bare repository at
+    ``where`` (for GitCheck and the leakage check's candidate scan); the ids of those
+    that do not, which GitCheck reports."""
     import pygit2
 
     repo = pygit2.init_repository(str(where), bare=True)
+    unhashed = []
     for oid, (type_code, span) in bundle.git_spans.items():
         data = bundle._read(span)
         if git_object_id(type_code, data).hex() == oid:
             repo.odb.write(type_code, data)
-    return where
+        else:
+            unhashed.append(oid)
+    return unhashed
 
 
 def verify_bundle(
@@ -808,32 +810,35 @@ def verify_bundle(
 
         projections = PROJECTIONS
 
-    with open_bundle(path) as bundle:
+    with open_bundle(path) as bundle, tempfile.TemporaryDirectory(prefix="holedger-git-") as tmp:
+        repo = Path(tmp) if bundle.git_spans else None
+        unhashed: list[str] = []
 
         def git(ctx: ReplayContext) -> GitCheck:
-            return GitCheck(bundle)
+            return GitCheck(bundle, repo, unhashed)
 
         def checks(ctx: ReplayContext) -> BundleChecks:
             return BundleChecks(bundle, ctx.opened, external_checkpoints, policy)
 
         try:
+            # The candidates' history, when bundled, becomes one repository: GitCheck
+            # re-checks the commits in it, and the leakage check scans it as replay scans
+            # the run's own.
+            if repo is not None:
+                unhashed += _candidate_repo(bundle, repo)
             stored = bundle.records()
             records = stored
             if progress is not None:
                 batches = iter(lambda: list(islice(stored, PROGRESS_EVERY)), [])
                 records = with_progress(batches, len(bundle.record_spans), progress)
-            with tempfile.TemporaryDirectory(prefix="holedger-candidates-") as tmp:
-                # The candidates' history, when bundled, is scanned as replay scans the
-                # run's repository (the leakage check's candidate scan).
-                extra = {"run_repo": _candidate_repo(bundle, Path(tmp))} if bundle.git_spans else {}
-                return verify_records(
-                    bundle.run_id,
-                    records,
-                    bundle,
-                    trusted_keys=trusted_keys,
-                    projections=[*projections, git, checks],
-                    extra=extra,
-                )
+            return verify_records(
+                bundle.run_id,
+                records,
+                bundle,
+                trusted_keys=trusted_keys,
+                projections=[*projections, git, checks],
+                extra={"run_repo": repo} if repo is not None else None,
+            )
         except HoledgerError:
             raise
         except Exception as exc:  # hostile content must end in one clear error
