@@ -70,7 +70,7 @@ from holedger.gateway.wire import (
     sse_data,
 )
 from holedger.ledger.store import Ledger
-from holedger.schemas.canonical import canonical_json
+from holedger.schemas.canonical import canonical_json, has_utf8_form
 from holedger.schemas.events import (
     GatewayBudgetState,
     GatewayCall,
@@ -1107,21 +1107,10 @@ class _StreamPump:
         return event + b"\n\n"
 
 
-def _is_text(value: str) -> bool:
-    """True when ``value`` has a UTF-8 form (no lone surrogates), as every event's text must."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _text(value: str | None) -> str | None:
     """``value`` as event text: a lone surrogate (from an upstream's answer or an error
     message) is written as its backslash escape, so the event can still be signed."""
-    if value is None or _is_text(value):
+    if value is None or has_utf8_form(value):
         return value
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
@@ -1149,7 +1138,7 @@ def _parse_chat(raw: bytes) -> dict[str, Any]:
         raise _Denial(
             400, "invalid_request_error", "invalid_request", "'model' is required", param="model"
         )
-    if not _is_text(body["model"]):
+    if not has_utf8_form(body["model"]):
         # JSON can spell a lone surrogate ("\ud800"), which no event can hold as text.
         raise _Denial(
             400,

@@ -63,11 +63,20 @@ def _check(value: JSONValue, depth: int, path: str) -> None:
     raise CanonicalError(f"value of type {type(value).__name__} at {path} is not JSON")
 
 
-def _check_str(text: str, path: str) -> None:
+def has_utf8_form(text: str) -> bool:
+    """True when ``text`` holds no lone surrogate, so canonical JSON can hold it."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CanonicalError(f"string with a lone surrogate at {path}") from exc
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_str(text: str, path: str) -> None:
+    if not has_utf8_form(text):
+        raise CanonicalError(f"string with a lone surrogate at {path}")
 
 
 def canonical_json(value: JSONValue) -> bytes:
