@@ -6,7 +6,9 @@ val ``aggregate`` over at least ``min_aggregate_cases`` cases, test never); that
 digest is the digest of its body; and that ``rules.project`` over the request's recorded
 trials gives the very same body. Answers are read from the answer blobs (canonical JSON,
 ``rules.answer_bytes``); when a blob is redacted the projection's own answer is used if it
-hashes to the trial's answer digest.
+hashes to the trial's answer digest, and otherwise the answer is taken as unknown, which
+the rules show by digest (``answer_in_blob``): a projection that withheld such an answer
+agrees, since withholding shows less, never more.
 """
 
 from __future__ import annotations
@@ -141,7 +143,10 @@ class DisclosureProjection:
     def _compare(self, seq: int, rid: str, proj: DisclosureProjected, req: _Request) -> None:
         etype = "DisclosureProjected"
         shown = _shown_answers(proj.projection)
-        views = [rules.trial_view(t, self._answer(t, shown)) for t in req.trials]
+        views = []
+        for trial in req.trials:
+            answer, known = self._answer(trial, shown)
+            views.append(rules.trial_view(trial, answer, answer_known=known))
         try:
             _, body = rules.project(req.split, self.policy, views)
         except PolicyError as exc:
@@ -152,22 +157,27 @@ class DisclosureProjection:
             return
         self._fail(seq, etype, f"projection of {rid} {_difference(proj.projection, body)}")
 
-    def _answer(self, trial: TrialCompleted, shown: dict[tuple[str, int], Any]) -> Any:
+    def _answer(self, trial: TrialCompleted, shown: dict[tuple[str, int], Any]) -> tuple[Any, bool]:
+        """The trial's answer and whether it is known (see ``rules.TrialView``)."""
         if trial.answer_digest is None:
-            return None
+            return None, True
         data = self.ctx.blobs.blob(trial.answer_digest)
         if data is None:  # redacted: the shown answer stands if it has the recorded digest
-            candidate = shown.get((trial.case_id, trial.attempt))
-            try:
-                if rules.answer_digest(candidate) == trial.answer_digest:
-                    return candidate
-            except CanonicalError:
-                pass
-            return None
+            key = (trial.case_id, trial.attempt)
+            if key in shown:
+                try:
+                    if rules.answer_digest(shown[key]) == trial.answer_digest:
+                        return shown[key], True
+                except CanonicalError:
+                    pass
+            # Unknown: re-derived as shown by digest. A projection that showed it by
+            # digest agrees (withholding shows less, never more); one that showed other
+            # bytes does not.
+            return None, False
         try:
-            return parse_json(data)
+            return parse_json(data), True
         except CanonicalError:
-            return data.decode("utf-8", errors="replace")
+            return data.decode("utf-8", errors="replace"), True
 
     def finish(self, out: ReportBuilder) -> None:
         out.declare(CHECK, "every projection obeys the policy and equals its recorded trials")
@@ -202,7 +212,11 @@ def _shown_answers(body: dict[str, Any]) -> dict[tuple[str, int], Any]:
     for case_id, entry in cases.items():
         trials = entry.get("trials") if isinstance(entry, dict) else None
         for trial in trials if isinstance(trials, list) else []:
-            if isinstance(trial, dict) and isinstance(trial.get("attempt"), int):
+            if (
+                isinstance(trial, dict)
+                and isinstance(trial.get("attempt"), int)
+                and not trial.get("answer_in_blob")
+            ):
                 shown[(str(case_id), trial["attempt"])] = trial.get("answer")
     return shown
 
@@ -235,5 +249,28 @@ def _case_difference(recorded: dict[str, Any], derived: dict[str, Any]) -> str:
                 f"shows case {case_id} mean {got.get('mean')!r}; its trials' mean is {want['mean']}"
             )
         if _canonical(got) != _canonical(want):
-            return f"shows case {case_id} differently from its trials"
+            return _trial_difference(case_id, got, want)
     return "differs from what its trials imply"
+
+
+def _trial_difference(case_id: str, got: Any, want: dict[str, Any]) -> str:
+    """Name the trial of a case whose shown answer departs from the rules' line."""
+    got_trials = got.get("trials") if isinstance(got, dict) else None
+    if isinstance(got_trials, list) and len(got_trials) == len(want["trials"]):
+        for shown, derived in zip(got_trials, want["trials"], strict=True):
+            if not isinstance(shown, dict) or _canonical(shown) == _canonical(derived):
+                continue
+            attempt = derived["attempt"]
+            by_digest = bool(shown.get("answer_in_blob"))
+            if derived.get("answer_in_blob") and not by_digest:
+                return (
+                    f"shows the answer of case {case_id} attempt {attempt} inline; the rules "
+                    "show it by digest only (over the size cap for answers shown inline)"
+                )
+            if by_digest and not derived.get("answer_in_blob"):
+                return (
+                    f"shows the answer of case {case_id} attempt {attempt} by digest only; "
+                    "the rules show it inline"
+                )
+            break
+    return f"shows case {case_id} differently from its trials"

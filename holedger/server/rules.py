@@ -13,6 +13,10 @@ Definitions (HarnessOpt-Bench):
   *accepted* request; test-split scoring is not charged to the search budget;
 * disclosure: dev ``per_case`` (per case: scores, answers, trace digests), val
   ``aggregate`` (case count, trial count, mean only), test ``none`` (never projected);
+  a dev answer is shown in the body only while it is small (:data:`MAX_SHOWN_ANSWER_BYTES`
+  each, :data:`MAX_SHOWN_ANSWERS_BYTES` in one projection, in case-id then attempt
+  order); a larger one is shown by its digest alone (``answer_in_blob``), and the
+  optimizer fetches the blob, so one projection stays small whatever the harness prints;
 * E(H+) = mean over cases of the mean over the K attempts of that case;
 * g = (E(H+) - E(H0)) / (1 - E(H0)), undefined (None) when E(H0) = 1.
 
@@ -51,6 +55,11 @@ from holedger.schemas.events import (
 )
 
 SEARCH_SPLITS = ("dev", "val")
+
+# A dev answer whose canonical JSON is longer than this is shown by digest, not inline.
+MAX_SHOWN_ANSWER_BYTES = 64 << 10
+# The answers shown inline in one projection, in all (canonical JSON bytes).
+MAX_SHOWN_ANSWERS_BYTES = 4 << 20
 
 
 # --------------------------------------------------------------------------- cost and budget
@@ -154,7 +163,10 @@ class TrialView:
     """What disclosure may draw from one trial.
 
     ``answer`` is the harness's parsed JSON answer: the blob named by ``answer_digest``
-    holds its canonical JSON bytes (:func:`answer_bytes`).
+    holds its canonical JSON bytes (:func:`answer_bytes`). ``answer_known`` is False when
+    the answer exists (it has a digest) but its bytes are not at hand (replay of a bundle
+    whose answer blob is redacted and whose projection did not show it): such an answer
+    is shown by digest, which is never more than the rules allow.
     """
 
     case_id: str
@@ -165,6 +177,7 @@ class TrialView:
     trace_digest: str | None = None
     exit_status: int | None = None
     timed_out: bool = False
+    answer_known: bool = True
 
 
 def answer_bytes(answer: Any) -> bytes:
@@ -177,7 +190,9 @@ def answer_digest(answer: Any) -> str:
     return hashlib.sha256(answer_bytes(answer)).hexdigest()
 
 
-def trial_view(trial: TrialCompleted, answer: Any | None = None) -> TrialView:
+def trial_view(
+    trial: TrialCompleted, answer: Any | None = None, *, answer_known: bool = True
+) -> TrialView:
     """The TrialView of a recorded trial (the trace digest is the trial's trace_digest)."""
     return TrialView(
         case_id=trial.case_id,
@@ -188,6 +203,7 @@ def trial_view(trial: TrialCompleted, answer: Any | None = None) -> TrialView:
         trace_digest=trial.trace_digest,
         exit_status=trial.exit_status,
         timed_out=trial.timed_out,
+        answer_known=answer_known,
     )
 
 
@@ -207,19 +223,22 @@ def project(
 
     dev: ``("per_case", {"cases": {id: {"mean", "trials": [...]}}, "trials": t})``, each
     trial with attempt, score, answer, answer_digest, trace_digest, exit_status,
-    timed_out. val: ``("aggregate", {"cases": n, "trials": t, "mean": "<rational>"})``
-    with mean = mean over cases of each case's mean score; refused below
-    ``min_aggregate_cases`` cases. test: refused (never projected).
+    timed_out; an answer too large to show inline (see :func:`shown_inline`) is ``null``
+    with ``"answer_in_blob": true`` beside it.
+    val: ``("aggregate", {"cases": n, "trials": t, "mean": "<rational>"})`` with mean =
+    mean over cases of each case's mean score; refused below ``min_aggregate_cases``
+    cases. test: refused (never projected).
     """
     if not trials:
         raise PolicyError("no trials to project")
     cases = _by_case(trials)
     if split == "dev":
+        inline = shown_inline(trials)
         body: dict[str, Any] = {
             "cases": {
                 case_id: {
                     "mean": rational_to_str(mean([t.score for t in views])),
-                    "trials": [_trial_body(t) for t in views],
+                    "trials": [_trial_body(t, (t.case_id, t.attempt) in inline) for t in views],
                 }
                 for case_id, views in cases.items()
             },
@@ -241,16 +260,44 @@ def project(
     raise PolicyError(f"the {split} split is never disclosed")
 
 
-def _trial_body(trial: TrialView) -> dict[str, Any]:
-    return {
+def shown_inline(trials: Iterable[TrialView]) -> set[tuple[str, int]]:
+    """The ``(case id, attempt)`` of the trials whose answer a dev projection shows inline.
+
+    In case-id then attempt order, an answer is shown while its canonical JSON is at most
+    :data:`MAX_SHOWN_ANSWER_BYTES` and, with the answers shown before it, at most
+    :data:`MAX_SHOWN_ANSWERS_BYTES`; a trial without an answer shows ``null`` (0 bytes).
+    An answer whose bytes are unknown (``answer_known`` False) is not shown. The order
+    depends only on the trials, so the server and replay draw the same line.
+    """
+    left = MAX_SHOWN_ANSWERS_BYTES
+    inline: set[tuple[str, int]] = set()
+    for trial in sorted(trials, key=lambda t: (t.case_id, t.attempt)):
+        key = (trial.case_id, trial.attempt)
+        if trial.answer_digest is None:
+            inline.add(key)
+            continue
+        if not trial.answer_known:
+            continue
+        size = len(answer_bytes(trial.answer))
+        if size <= MAX_SHOWN_ANSWER_BYTES and size <= left:
+            left -= size
+            inline.add(key)
+    return inline
+
+
+def _trial_body(trial: TrialView, inline: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "attempt": trial.attempt,
         "score": rational_to_str(trial.score),
-        "answer": trial.answer,
+        "answer": trial.answer if inline else None,
         "answer_digest": trial.answer_digest,
         "trace_digest": trial.trace_digest,
         "exit_status": trial.exit_status,
         "timed_out": trial.timed_out,
     }
+    if not inline:
+        body["answer_in_blob"] = True
+    return body
 
 
 def projection_digest(projection: Mapping[str, Any]) -> str:
@@ -281,6 +328,8 @@ def normalized_gain(e_plus: Fraction, e0: Fraction) -> Fraction | None:
 
 
 __all__ = [
+    "MAX_SHOWN_ANSWERS_BYTES",
+    "MAX_SHOWN_ANSWER_BYTES",
     "TrialView",
     "add_use",
     "answer_bytes",
@@ -294,5 +343,6 @@ __all__ = [
     "projection_digest",
     "request_cost",
     "request_problem",
+    "shown_inline",
     "trial_view",
 ]

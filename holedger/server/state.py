@@ -96,18 +96,26 @@ class RunState:
         return matches[0] if len(matches) == 1 else None
 
 
-def _digests(value: object) -> set[str]:
-    """Every SHA-256 digest string inside a projection body (what the optimizer may fetch)."""
+def _digests(body: object) -> set[str]:
+    """The blobs a projection body names, which its optimizer may fetch.
+
+    Only the trials' ``answer_digest`` and ``trace_digest`` fields count: a digest-shaped
+    string inside an answer is the harness's own text, and naming a blob there must not
+    open it (the store is shared by every run on this ledger).
+    """
     found: set[str] = set()
-    if isinstance(value, str):
-        if _DIGEST.match(value):
-            found.add(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            found |= _digests(item)
-    elif isinstance(value, list):
-        for item in value:
-            found |= _digests(item)
+    cases = body.get("cases") if isinstance(body, dict) else None
+    if not isinstance(cases, dict):
+        return found
+    for entry in cases.values():
+        trials = entry.get("trials") if isinstance(entry, dict) else None
+        for trial in trials if isinstance(trials, list) else []:
+            if not isinstance(trial, dict):
+                continue
+            for name in ("answer_digest", "trace_digest"):
+                value = trial.get(name)
+                if isinstance(value, str) and _DIGEST.match(value):
+                    found.add(value)
     return found
 
 

@@ -116,6 +116,11 @@ class RunWriter:
         self.nominated = False
         self.count = 0
         self.trials: dict[str, list[TrialCompleted]] = {}
+        # Answers that differ from answer_of, by (case id, attempt).
+        self.answers: dict[tuple[str, int], Any] = {}
+
+    def answer(self, case_id: str, attempt: int) -> Any:
+        return self.answers.get((case_id, attempt), answer_of(case_id, attempt))
 
     def append(self, event_type: str, payload: Any, role: str = "server") -> int:
         return self.ledger.append(self.run_id, event_type, payload, role=role).seq  # type: ignore[arg-type]
@@ -166,7 +171,7 @@ class RunWriter:
     def trial(
         self, request_id: str, candidate: str, split: str, case_id: str, attempt: int, **over: Any
     ) -> int:
-        answer = answer_of(case_id, attempt)
+        answer = self.answer(case_id, attempt)
         digest = self.ledger.put_blob(rules.answer_bytes(answer))
         fields: dict[str, Any] = {
             "request_id": request_id,
@@ -209,7 +214,7 @@ class RunWriter:
         policy: str | None = None,
     ) -> int:
         views = [
-            rules.trial_view(t, answer_of(t.case_id, t.attempt)) for t in self.trials[request_id]
+            rules.trial_view(t, self.answer(t.case_id, t.attempt)) for t in self.trials[request_id]
         ]
         try:
             name, body = rules.project(split, self.terms.disclosure, views)

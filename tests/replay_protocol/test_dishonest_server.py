@@ -467,3 +467,69 @@ def test_test_trial_after_scoring_is_caught(
     writer.close()
     sealed = failures_of(replay(writer.run_id), "test_split_sealed")
     assert any(f.startswith(f"{seq}:") and "after RunScored" in f for f in sealed)
+
+
+# ------------------------------------------------------------------ large dev answers
+
+
+def _big_answers(writer: RunWriter, case_ids: list[str]) -> None:
+    """Give each case's attempt 0 an answer just over the inline cap."""
+    for case_id in case_ids:
+        writer.answers[(case_id, 0)] = {"answer": "y" * rules.MAX_SHOWN_ANSWER_BYTES}
+
+
+def test_large_dev_answers_are_shown_by_digest_and_the_run_verifies(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = _writer(ledger)
+    cases = [DEV[0].id, DEV[1].id]
+    _big_answers(writer, [DEV[0].id])
+    rid = writer.evaluate(CAND, "dev", cases, 2)
+    (proj,) = [r for r in ledger.records(writer.run_id) if r.type == "DisclosureProjected"]
+    trials = proj.payload["projection"]["cases"][DEV[0].id]["trials"]
+    assert trials[0]["answer_in_blob"] is True and trials[0]["answer"] is None
+    assert "answer_in_blob" not in trials[1]
+    assert proj.payload["request_id"] == rid
+    honest_finish(writer, CAND)
+    assert replay(writer.run_id).verified
+
+
+def test_a_large_answer_shown_inline_is_caught(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = _writer(ledger)
+    _big_answers(writer, [DEV[1].id])
+    rid, _ = writer.request(CAND, "dev", [DEV[1].id], 1)
+    writer.run_trials(rid, CAND, "dev", [DEV[1].id], 1)
+    big = writer.answer(DEV[1].id, 0)
+
+    def show_it(body: dict[str, Any]) -> dict[str, Any]:
+        case = body["cases"][DEV[1].id]
+        trial = {k: v for k, v in case["trials"][0].items() if k != "answer_in_blob"}
+        trial["answer"] = big
+        return {**body, "cases": {DEV[1].id: {**case, "trials": [trial]}}}
+
+    seq = writer.project(rid, "dev", edit=show_it)
+    writer.close()
+    (failure,) = failures_of(replay(writer.run_id), "disclosure")
+    assert failure.startswith(f"{seq}:")
+    assert f"shows the answer of case {DEV[1].id} attempt 0 inline" in failure
+
+
+def test_a_small_answer_withheld_is_caught(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer = _writer(ledger)
+    rid, _ = writer.request(CAND, "dev", [DEV[0].id], 1)
+    writer.run_trials(rid, CAND, "dev", [DEV[0].id], 1)
+
+    def hide_it(body: dict[str, Any]) -> dict[str, Any]:
+        case = body["cases"][DEV[0].id]
+        trial = {**case["trials"][0], "answer": None, "answer_in_blob": True}
+        return {**body, "cases": {DEV[0].id: {**case, "trials": [trial]}}}
+
+    seq = writer.project(rid, "dev", edit=hide_it)
+    writer.close()
+    (failure,) = failures_of(replay(writer.run_id), "disclosure")
+    assert failure.startswith(f"{seq}:")
+    assert "by digest only; the rules show it inline" in failure

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holedger.errors import PolicyError
+from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget
 from holedger.server import rules
 
@@ -107,6 +108,55 @@ def test_dev_projection_is_per_case_with_scores_answers_and_digests() -> None:
     assert body["cases"]["b"]["mean"] == "0.5"
     assert [t["attempt"] for t in body["cases"]["b"]["trials"]] == [0, 1]
     assert body["cases"]["a"]["trials"][0]["answer"] == {"a": "a"}
+
+
+def _sized(case: str, attempt: int, size: int) -> rules.TrialView:
+    """A trial whose answer's canonical JSON is exactly ``size`` bytes."""
+    answer = "x" * (size - 2)  # the two quotes make up the rest
+    assert len(rules.answer_bytes(answer)) == size
+    return rules.TrialView(
+        case_id=case,
+        attempt=attempt,
+        score=Fraction(1),
+        answer=answer,
+        answer_digest=rules.answer_digest(answer),
+    )
+
+
+def _shown(body: dict[str, object], case: str, attempt: int) -> dict[str, object]:
+    (trial,) = [t for t in body["cases"][case]["trials"] if t["attempt"] == attempt]  # type: ignore[index]
+    return trial  # type: ignore[no-any-return]
+
+
+def test_a_dev_answer_over_the_size_cap_is_shown_by_digest_only() -> None:
+    cap = rules.MAX_SHOWN_ANSWER_BYTES
+    views = [_sized("a", 0, cap), _sized("a", 1, cap + 1)]
+    _, body = rules.project("dev", POLICY, views)
+    at_cap, over = _shown(body, "a", 0), _shown(body, "a", 1)
+    assert at_cap["answer"] == views[0].answer and "answer_in_blob" not in at_cap
+    assert over["answer"] is None and over["answer_in_blob"] is True
+    assert over["answer_digest"] == views[1].answer_digest
+    # An answer whose bytes are unknown is shown by digest too; a missing answer is null.
+    unknown = rules.TrialView("b", 0, Fraction(0), answer_digest="d" * 64, answer_known=False)
+    absent = rules.TrialView("c", 0, Fraction(0))
+    _, body = rules.project("dev", POLICY, [unknown, absent])
+    assert _shown(body, "b", 0)["answer_in_blob"] is True
+    assert _shown(body, "c", 0)["answer"] is None
+    assert "answer_in_blob" not in _shown(body, "c", 0)
+
+
+def test_answers_shown_in_one_projection_stop_at_the_total_cap_in_case_order() -> None:
+    each = rules.MAX_SHOWN_ANSWER_BYTES
+    fit = rules.MAX_SHOWN_ANSWERS_BYTES // each
+    views = [_sized(f"case-{i:03d}", 0, each) for i in range(fit + 2)]
+    views.append(_sized("zz-small", 0, 10))
+    views.append(rules.TrialView("zz-none", 0, Fraction(0)))
+    # The line is drawn in case-id order, whatever order the trials come in.
+    _, body = rules.project("dev", POLICY, list(reversed(views)))
+    assert body == rules.project("dev", POLICY, views)[1]
+    inline = sorted(c for c in body["cases"] if "answer_in_blob" not in _shown(body, c, 0))
+    assert inline == [f"case-{i:03d}" for i in range(fit)] + ["zz-none"]
+    assert len(canonical_json(body)) < rules.MAX_SHOWN_ANSWERS_BYTES + 64 * 1024
 
 
 def test_val_projection_is_the_aggregate_mean_only() -> None:
