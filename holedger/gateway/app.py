@@ -112,6 +112,8 @@ class TrialUsage:
     tokens: TokenUsage
     calls: int
     complete: bool
+    # Calls that ended in an error, by error code (else reason, else "status N").
+    failed: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,6 +121,12 @@ class _Tally:
     calls: int = 0
     tokens: TokenUsage = ZERO
     in_flight: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+
+    def count_failure(self, status: int, code: str | None, reason: str | None) -> None:
+        if status >= 400:
+            key = code or (reason or "")[:80] or f"status {status}"
+            self.failed[key] = self.failed.get(key, 0) + 1
 
 
 @dataclass
@@ -236,7 +244,7 @@ class Gateway:
     def trial_usage(self, run_id: str, trial_id: str) -> TrialUsage:
         with self._tally_cond:
             tally = self._tallies.get((run_id, trial_id), _Tally())
-            return TrialUsage(tally.tokens, tally.calls, tally.in_flight == 0)
+            return TrialUsage(tally.tokens, tally.calls, tally.in_flight == 0, dict(tally.failed))
 
     def close_trial(self, run_id: str, trial_id: str, *, wait_s: float = 30.0) -> TrialUsage:
         """End a trial: revoke its tokens, wait for its calls in flight, write their events,
@@ -441,6 +449,7 @@ class Gateway:
                     tally = self._tallies.setdefault((run_id, payload.trial_id), _Tally())
                     tally.calls += 1
                     tally.tokens = add_usage(tally.tokens, payload.tokens)
+                    tally.count_failure(payload.status, payload.code, payload.reason)
         return _RunState(frozenset(opened.terms.models), run_budget)
 
     def _allowed_models(self, claims: TokenClaims) -> frozenset[str]:
@@ -948,6 +957,7 @@ class Gateway:
                     tally = self._tallies.setdefault((call.run_id, call.trial_id), _Tally())
                     tally.calls += 1
                     tally.tokens = add_usage(tally.tokens, tokens)
+                    tally.count_failure(status, code, reason)
         except Exception:
             log.exception("gateway error after recording call %s", call.call_id)
 

@@ -21,6 +21,7 @@ import click
 from holedger.errors import NotFoundError, UsageError, VerificationError
 from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys
 from holedger.ledger.note import (
+    TLOG_PROOF_HEADER,
     TlogPolicy,
     TlogProof,
     WitnessGroup,
@@ -382,6 +383,12 @@ def verify_proof_cmd(
     keys = load_trusted_keys(list(trusted))
     policy = _policy(policy_file, witnesses, quorum)
     text = _read_text(proof_file, "proof")
+    if not text.startswith((CONSISTENCY_HEADER + "\n", TLOG_PROOF_HEADER + "\n")):
+        raise UsageError(
+            f"{proof_file} is not a proof: its first line is neither {TLOG_PROOF_HEADER} nor "
+            f"{CONSISTENCY_HEADER}",
+            hint="make one with 'holedger prove RUN --seq N' (or --from-size N)",
+        )
     try:
         if text.startswith(CONSISTENCY_HEADER):
             if old_checkpoint is None:

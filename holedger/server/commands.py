@@ -120,7 +120,12 @@ def candidate_commit(
 @click.command("eval")
 @click.argument("run")
 @click.argument("candidate")
-@click.option("--split", type=click.Choice(["dev", "val", "test"]), required=True)
+@click.option(
+    "--split",
+    type=click.Choice(["dev", "val", "test"]),
+    required=True,
+    help="dev or val. test is closed to search: asking is refused, and the refusal recorded.",
+)
 @click.option("--cases", default=None, help="Comma-separated case ids (default: the split).")
 @click.option("--attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=1, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
@@ -143,7 +148,7 @@ def eval_cmd(
     with _service(ctx, workers) as service:
         run_id = service.ledger.resolve_run(run)
         result = service.evaluate(run_id, candidate, split, case_ids, attempts)
-    data = {"run_id": run_id, **result.as_json()}
+    data = {"run_id": run_id, **result.as_json(), "warnings": result.warnings}
     if as_json:
         emit_json(data)
         return
@@ -156,6 +161,8 @@ def eval_cmd(
             click.echo(f"  {case_id}  mean {entry['mean']}")
     used = result.budget_after[split]
     click.echo(f"{split} budget used: {used['calls']} calls, {used['case_passes']} case-passes")
+    for line in result.warnings:
+        click.echo(f"warning: {line}", err=True)
 
 
 @click.command("nominate")

@@ -86,5 +86,5 @@ class GatewayLink:
         finally:
             self.server.unbind_unix(path)
             usage = self.gateway.close_trial(plan.run_id, plan.trial_id)
-            access.usage = GatewayUsage(usage.tokens, usage.calls)
+            access.usage = GatewayUsage(usage.tokens, usage.calls, usage.failed)
             shutil.rmtree(sock_dir, ignore_errors=True)

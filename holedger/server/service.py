@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -71,7 +71,13 @@ from holedger.server.candidates import (
 from holedger.server.sandbox import Backend, Limits, get_backend
 from holedger.server.state import CandidateInfo, RunState, StateCache
 from holedger.server.taskview import CaseData, ServerTask
-from holedger.server.trials import TrialGateway, TrialOutcome, TrialPlan, TrialRunner
+from holedger.server.trials import (
+    TrialGateway,
+    TrialOutcome,
+    TrialPlan,
+    TrialRunner,
+    outcome_warnings,
+)
 
 BASELINE_OPTIMIZER = "seed-baseline"
 DEFAULT_WORKERS = 2
@@ -110,9 +116,13 @@ class Evaluation:
     projection_digest: str
     cost: dict[str, Any]
     budget_after: dict[str, Any]
+    # What went wrong in dev trials (trials.outcome_warnings), for the command line; empty
+    # when nothing did, and always for val, which discloses its aggregate mean only. Not
+    # in the API's answer, which is the recorded projection and the budget, nothing more.
+    warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        """The evaluation as the API and ``holedger evaluate --json`` give it."""
+        """The evaluation as the API and ``holedger eval --json`` give it."""
         return {
             "request_id": self.request_id,
             "candidate": self.candidate,
@@ -499,6 +509,7 @@ class RunService:
             projection_digest=digest,
             cost=cost.model_dump(mode="json"),
             budget_after=after.model_dump(mode="json"),
+            warnings=outcome_warnings(outcomes) if split == "dev" else [],
         )
 
     def _run_trials(

@@ -18,7 +18,8 @@ import contextlib
 import json
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -56,6 +57,9 @@ class TrialPlan:
 class GatewayUsage:
     tokens: TokenUsage
     calls: int
+    # Calls that ended in an error, by error code (not recorded in TrialCompleted: the
+    # GatewayCall events hold each status; this is for telling the caller at once).
+    failed: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +86,7 @@ class TrialOutcome:
     completed: TrialCompleted
     violations: list[SafetyViolation]
     answer: Any | None
+    failed_calls: dict[str, int] = field(default_factory=dict)
 
 
 def parse_answer(stdout: bytes) -> tuple[Any | None, Any | None]:
@@ -221,7 +226,49 @@ class TrialRunner:
             )
             for obs in result.observations
         ]
-        return TrialOutcome(completed, violations, recorded)
+        return TrialOutcome(completed, violations, recorded, dict(usage.failed))
+
+
+def outcome_warnings(outcomes: Sequence[TrialOutcome]) -> list[str]:
+    """What went wrong in a request's trials, in a few lines for whoever asked.
+
+    A score of 0 says nothing of why; these lines do: trials that gave no answer (with
+    their exit statuses), timed out, ran out of memory or could not run, and model calls
+    the gateway answered with an error (by error code, e.g. ``upstream_unreachable``).
+    Everything here is also in the recorded events.
+    """
+    total = len(outcomes)
+    lines: list[str] = []
+    no_answer = [o.completed for o in outcomes if o.answer is None]
+    if no_answer:
+        statuses = Counter(
+            "no exit status" if t.exit_status is None else f"exit status {t.exit_status}"
+            for t in no_answer
+        )
+        lines.append(f"{len(no_answer)} of {total} trials gave no answer: {_tally_text(statuses)}")
+    for name, flag in (("timed out", "timed_out"), ("ran out of memory", "oom")):
+        hit = sum(1 for o in outcomes if getattr(o.completed, flag))
+        if hit:
+            lines.append(f"{hit} of {total} trials {name}")
+    broken = sum(1 for o in outcomes if any(v.category == "sandbox_error" for v in o.violations))
+    if broken:
+        lines.append(f"{broken} of {total} trials could not run (sandbox_error)")
+    failed: Counter[str] = Counter()
+    for outcome in outcomes:
+        failed.update(outcome.failed_calls)
+    if failed:
+        calls = sum(o.completed.gateway_calls for o in outcomes)
+        lines.append(f"{sum(failed.values())} of {calls} model calls failed: {_tally_text(failed)}")
+        if any(name.startswith("upstream unreachable") for name in failed):
+            lines.append(
+                "the gateway could not reach its upstream model: is it running, and is "
+                "upstream_base_url in the home's gateway.toml right?"
+            )
+    return lines
+
+
+def _tally_text(counts: Counter[str]) -> str:
+    return "; ".join(f"{name} ({n})" for name, n in sorted(counts.items(), key=lambda i: -i[1]))
 
 
 def _canonical_ok(value: Any) -> bool:

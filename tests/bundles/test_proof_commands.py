@@ -83,6 +83,13 @@ def test_tampered_inclusion_proofs_fail(sample: SampleRun, vkey: str, tmp_path: 
     path.write_text(text)
     code, out = run(sample, "verify-proof", str(path), "--trusted-key", stranger)
     assert code == 2  # a malformed key is a usage error, not a verdict
+    # So is a file that is no proof at all (as verify says of a file that is no bundle);
+    # a proof whose header line is damaged is not a proof either.
+    for name, bad in {"text": "hello\n", "header": text.replace("@v1\n", "@v2\n", 1)}.items():
+        path.write_text(bad)
+        code, out = run(sample, "verify-proof", str(path), "--trusted-key", vkey)
+        assert code == 2, name
+        assert "is not a proof" in out and "holedger prove" in out, name
 
 
 def test_consistency_proof_between_two_checkpoints(

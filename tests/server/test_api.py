@@ -78,6 +78,21 @@ def test_an_optimizer_runs_a_whole_search_over_http(
             json={"candidate": "seed", "split": "val", "case_ids": CASES["val"][:6]},
         )
         assert val.json()["projection"] == {"cases": 6, "trials": 6, "mean": "2/3"}
+        # The answer is the recorded projection and the bookkeeping, nothing more.
+        assert (
+            set(val.json())
+            == set(ev.json())
+            == {
+                "request_id",
+                "candidate",
+                "split",
+                "policy",
+                "projection",
+                "projection_digest",
+                "cost",
+                "budget_used",
+            }
+        )
 
         early = http.post(
             f"/v1/runs/{run}/evaluations",

@@ -126,3 +126,45 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
     assert again.exit_code == 3 and "already has a nomination" in again.output
     replayed = runner.invoke(cli, [*home, "replay", run_id, "--json"])
     assert replayed.exit_code == 0, replayed.output
+
+
+CRASHING_MAIN = """import json, sys
+q = json.loads(sys.stdin.read())["q"]
+if q.startswith("hard"):
+    sys.exit(3)
+print(json.dumps({"answer": q.upper()}))
+"""
+
+
+def test_eval_says_why_trials_scored_nothing(fresh_home: Settings, tmp_path: Path) -> None:
+    """A score of 0 alone hides a crash: eval warns, on stderr and in --json."""
+    task_dir = write_task_folder(tmp_path / "task")
+    runner = CliRunner()
+    home = ["--home", str(fresh_home.home)]
+    opened = runner.invoke(
+        cli, [*home, "run", "open", "--task", str(task_dir), "--backend", "process", "--json"]
+    )
+    run_id = json.loads(opened.output)["run_id"]
+    folder = write_seed(tmp_path / "cand")
+    (folder / "harness" / "__main__.py").write_text(CRASHING_MAIN)
+    committed = runner.invoke(cli, [*home, "candidate", "commit", run_id, str(folder), "--json"])
+    candidate = json.loads(committed.output)["candidate"]
+    result = runner.invoke(cli, [*home, "eval", run_id, candidate, "--split", "dev"])
+    assert result.exit_code == 0, result.output
+    # dev-0 and dev-3 are the "hard" questions of the six.
+    assert "warning: 2 of 6 trials gave no answer: exit status 3 (2)" in result.stderr
+    assert "warning" not in result.stdout
+    seed = runner.invoke(
+        cli, [*home, "eval", run_id, "seed", "--split", "dev", "--cases", "dev-1", "--json"]
+    )
+    assert json.loads(seed.output)["warnings"] == []
+    again = runner.invoke(
+        cli, [*home, "eval", run_id, candidate, "--split", "dev", "--cases", "dev-3", "--json"]
+    )
+    assert json.loads(again.output)["warnings"] == [
+        "1 of 1 trials gave no answer: exit status 3 (1)"
+    ]
+    # val discloses its aggregate mean only: three of its cases crash, and nothing says so.
+    val = runner.invoke(cli, [*home, "eval", run_id, candidate, "--split", "val"])
+    assert val.exit_code == 0, val.output
+    assert "mean 0.625 over 8 cases" in val.stdout and not val.stderr

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
 
 from holedger.config import Settings
+from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import TrialCompleted
 from holedger.server.gateway_link import GatewayLink
@@ -169,4 +171,41 @@ def test_the_bundled_demo_task_through_the_gateway_and_simulator(fresh_home: Set
         assert_replay_verifies(ledger, run_id)
     finally:
         service.close()
+        ledger.close()
+
+
+def test_an_unreachable_upstream_is_named_in_the_evaluation(
+    fresh_home: Settings, tmp_path: Path
+) -> None:
+    """Trials whose model calls all fail score 0; the evaluation says why."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    task = _model_task(tmp_path / "task")
+    ledger = Ledger.from_settings(fresh_home)
+    config = GatewayConfig(upstream=UpstreamConfig(base_url=f"http://127.0.0.1:{port}/v1"))
+    link = GatewayLink(ledger, config=config)
+    service = RunService(
+        fresh_home,
+        ledger,
+        gateway=link,
+        task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
+        default_backend="process",
+    )
+    try:
+        run_id = service.open_run("model").run_id
+        ev = service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
+        assert ev.projection["cases"]["dev-1"]["mean"] == "0"
+        # The harness tries five times, then fails for want of a reply.
+        assert ev.warnings == [
+            "1 of 1 trials gave no answer: exit status 1 (1)",
+            "5 of 5 model calls failed: upstream unreachable: ConnectError (5)",
+            "the gateway could not reach its upstream model: is it running, and is "
+            "upstream_base_url in the home's gateway.toml right?",
+        ]
+        calls = [r.payload for r in ledger.records(run_id) if r.type == "GatewayCall"]
+        assert [c["status"] for c in calls] == [502] * 5
+    finally:
+        service.close()
+        link.close()
         ledger.close()
