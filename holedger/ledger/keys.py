@@ -34,6 +34,8 @@ from holedger.errors import ConfigError, NotFoundError, UsageError
 from holedger.ledger.edwards import public_key_problem
 from holedger.schemas.canonical import b64decode_strict
 
+NO_HOME_HINT = "run 'holedger init' to make it, or point --home or HOLEDGER_HOME at one"
+
 ALG_ED25519 = 0x01
 VKEY_HINT = "expected name+keyid+base64 as printed by 'holedger keys show'"
 
@@ -203,6 +205,9 @@ class SigningKey:
         try:
             text = path.read_text()
         except FileNotFoundError as exc:
+            home = path.parent.parent
+            if not home.is_dir():
+                raise ConfigError(f"no holedger home at {home}", hint=NO_HOME_HINT) from exc
             raise ConfigError(f"no key file at {path}", hint="run 'holedger init'") from exc
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:

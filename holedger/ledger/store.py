@@ -64,7 +64,7 @@ from holedger.errors import (
     UsageError,
     VerificationError,
 )
-from holedger.ledger.keys import SigningKey
+from holedger.ledger.keys import NO_HOME_HINT, SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.records import Record, parse_record, payload_dict, sign_envelope, utc_now
@@ -890,6 +890,8 @@ def _require_sqlite_file(url: str) -> None:
     from pathlib import Path
 
     db_file = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    if not db_file.parent.is_dir() and db_file.name == "ledger.db":
+        raise ConfigError(f"no holedger home at {db_file.parent}", hint=NO_HOME_HINT)
     if not db_file.is_file():
         raise ConfigError(f"no ledger at {db_file}", hint="run 'holedger init' to create it")
 

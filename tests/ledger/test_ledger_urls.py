@@ -74,6 +74,31 @@ def test_opening_a_home_whose_ledger_is_gone_creates_nothing(tmp_path: Path) -> 
     assert not db_file.exists()  # refused before anything could create it
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "list"],
+        ["replay", "abcd1234"],
+        ["export", "abcd1234", "-o", "out.hlb"],
+        ["eval", "abcd1234", "seed", "--split", "dev"],
+        ["analysis", "gains"],
+    ],
+)
+def test_a_missing_home_is_named_alike_by_every_command(tmp_path: Path, args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from holedger.cli import cli
+
+    home = tmp_path / "nowhere"
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code != 0
+    assert result.output.splitlines() == [
+        f"holedger: error: no holedger home at {home} (hint: run 'holedger init' to make it, "
+        "or point --home or HOLEDGER_HOME at one)"
+    ]
+    assert not home.exists()  # nothing was created
+
+
 def test_a_home_ledger_url_with_a_query_opens(tmp_path: Path) -> None:
     from holedger.config import Settings
 
