@@ -61,6 +61,7 @@ from holedger.schemas.events import (
     DisclosureProjected,
     Model,
 )
+from holedger.server import rules
 
 LEAKAGE = "leakage"
 SCAN = "candidate_scan"
@@ -71,7 +72,6 @@ MIN_ANSWER_CHARS = 4
 MIN_DISTINCT_ANSWERS = 3
 MAX_FILE_BYTES = 1 << 20
 MAX_LISTED = 100
-DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 NUMBER = re.compile(r"^[+-]?[0-9]+(\.[0-9]+)?$")
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
@@ -181,18 +181,6 @@ class _Shown:
     blobs: list[str] = field(default_factory=list)
 
 
-def _digests(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key.endswith("_digest") and isinstance(item, str) and DIGEST_RE.match(item):
-                yield item
-            else:
-                yield from _digests(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _digests(item)
-
-
 def _split_answers(body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     """The body without the harness's own answers, and those answers.
 
@@ -240,7 +228,7 @@ class LeakageProjection:
                     payload.policy,
                     payload.projection_digest,
                     payload.projection,
-                    sorted(set(_digests(payload.projection))),
+                    sorted(rules.fetchable_digests(payload.projection)),
                 )
             )
         elif isinstance(payload, CandidateCommitted):
@@ -291,14 +279,17 @@ class LeakageProjection:
 
     def _audit(self, matcher: Matcher, out: ReportBuilder) -> dict[str, Any]:
         findings = []
+        unscanned: set[str] = set()
         for shown in self.shown:
             server_part, harness_part = _split_answers(shown.body)
             items = matcher.find(canonical_json(server_part).decode("utf-8"))
             items |= matcher.find(canonical_json(harness_part).decode("utf-8"), answers=False)
             for digest in shown.blobs:
                 data = self.ctx.blobs.blob(digest)
-                if data is not None:
-                    items |= matcher.find(data.decode("utf-8", "replace"), answers=False)
+                if data is None:
+                    unscanned.add(digest)
+                    continue
+                items |= matcher.find(data.decode("utf-8", "replace"), answers=False)
             kind = verdict(items)
             if kind is None:
                 continue
@@ -315,9 +306,20 @@ class LeakageProjection:
                 LEAKAGE,
                 True,
                 f"{counted(len(self.shown), 'projection')} shown, none holds a test case id, input "
-                f"or answer ({counted(len(matcher.ids), 'test case')} checked)",
+                f"or answer ({counted(len(matcher.ids), 'test case')} checked)"
+                + (
+                    f"; {counted(len(unscanned), 'blob')} it names (answers, traces) "
+                    "redacted: not scanned"
+                    if unscanned
+                    else ""
+                ),
             )
-        return {"status": "done", "projections": len(self.shown), "findings": findings}
+        return {
+            "status": "done",
+            "projections": len(self.shown),
+            "findings": findings,
+            "unscanned_blobs": len(unscanned),
+        }
 
     def _repo_path(self) -> Path | None:
         given = self.ctx.extra.get("run_repo")

@@ -2,8 +2,9 @@
 
 The rules (docs/FORMAT.md, "Canonical JSON") are a strict subset of RFC 8785 (JCS):
 
-* objects with member names sorted by code point (all holedger names are ASCII, so this
-  is the JCS UTF-16 order too), no duplicate names;
+* objects with member names sorted by code point, no duplicate names (holedger's own
+  names are ASCII, where this is the JCS UTF-16 order too; task case ids used as names,
+  as in a dev projection, may not be, and there the two orders can differ);
 * no insignificant whitespace: separators ``,`` and ``:``;
 * strings as UTF-8, escaping only ``"``, ``\\`` and control characters below U+0020
   (``\\b \\f \\n \\r \\t`` short forms, else ``\\u00xx`` in lower-case hex); lone

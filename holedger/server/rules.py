@@ -36,6 +36,7 @@ Recording conventions that replay (holedger/replay/) checks:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -300,6 +301,28 @@ def _trial_body(trial: TrialView, inline: bool) -> dict[str, Any]:
     return body
 
 
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def fetchable_digests(body: object) -> set[str]:
+    """The blobs a projection body opens to its optimizer: the trials' ``answer_digest``
+    and ``trace_digest`` fields, never a digest-shaped string inside an answer."""
+    found: set[str] = set()
+    cases = body.get("cases") if isinstance(body, dict) else None
+    if not isinstance(cases, dict):
+        return found
+    for entry in cases.values():
+        trials = entry.get("trials") if isinstance(entry, dict) else None
+        for trial in trials if isinstance(trials, list) else []:
+            if not isinstance(trial, dict):
+                continue
+            for name in ("answer_digest", "trace_digest"):
+                value = trial.get(name)
+                if isinstance(value, str) and _DIGEST.match(value):
+                    found.add(value)
+    return found
+
+
 def projection_digest(projection: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the projection body's canonical JSON."""
     return hashlib.sha256(canonical_json(dict(projection))).hexdigest()
@@ -336,6 +359,7 @@ __all__ = [
     "answer_digest",
     "budget_decision",
     "expected_score",
+    "fetchable_digests",
     "mean",
     "no_use",
     "normalized_gain",

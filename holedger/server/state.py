@@ -8,7 +8,6 @@ that lost a race gets LedgerConflictError, folds the new events and decides agai
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass, field
 
@@ -23,8 +22,6 @@ from holedger.schemas.events import (
     RunScored,
 )
 from holedger.server import rules
-
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,7 @@ class RunState:
         elif rec.type == "DisclosureProjected":
             proj = DisclosureProjected.model_validate(rec.payload)
             self.projections[proj.request_id] = proj.projection_digest
-            self.disclosed.update(_digests(proj.projection))
+            self.disclosed.update(rules.fetchable_digests(proj.projection))
         elif rec.type == "CandidateNominated":
             self.nominated = str(rec.payload["candidate"])
         elif rec.type == "RunScored":
@@ -94,29 +91,6 @@ class RunState:
             return None
         matches = [c for c in self.candidates if c.startswith(ref)]
         return matches[0] if len(matches) == 1 else None
-
-
-def _digests(body: object) -> set[str]:
-    """The blobs a projection body names, which its optimizer may fetch.
-
-    Only the trials' ``answer_digest`` and ``trace_digest`` fields count: a digest-shaped
-    string inside an answer is the harness's own text, and naming a blob there must not
-    open it (the store is shared by every run on this ledger).
-    """
-    found: set[str] = set()
-    cases = body.get("cases") if isinstance(body, dict) else None
-    if not isinstance(cases, dict):
-        return found
-    for entry in cases.values():
-        trials = entry.get("trials") if isinstance(entry, dict) else None
-        for trial in trials if isinstance(trials, list) else []:
-            if not isinstance(trial, dict):
-                continue
-            for name in ("answer_digest", "trace_digest"):
-                value = trial.get(name)
-                if isinstance(value, str) and _DIGEST.match(value):
-                    found.add(value)
-    return found
 
 
 class StateCache:

@@ -10,7 +10,7 @@ import pytest
 
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.engine import LedgerBlobs, replay_run, verify_records
 from holedger.replay.report import ReplayReport
 
 from .runs import task_data
@@ -29,5 +29,28 @@ def replay(ledger: Ledger) -> Callable[..., ReplayReport]:
     def run(run_id: str, **extra: Any) -> ReplayReport:
         extra.setdefault("task_data", task_data())
         return replay_run(ledger, run_id, extra=extra)
+
+    return run
+
+
+class RedactedBlobs(LedgerBlobs):
+    """Every blob left out, as in a bundle exported with ``--redact``."""
+
+    def blob(self, digest: str) -> bytes | None:
+        return None
+
+    def redacted(self, digest: str) -> bool:
+        return True
+
+
+@pytest.fixture
+def replay_redacted(ledger: Ledger) -> Callable[[str], ReplayReport]:
+    """Replay as a verifier of a redacted bundle does: no blob bodies at hand."""
+
+    def run(run_id: str) -> ReplayReport:
+        records = (raw for _, raw in ledger.raw_records(run_id))
+        return verify_records(
+            run_id, records, RedactedBlobs(ledger), extra={"task_data": task_data()}
+        )
 
     return run

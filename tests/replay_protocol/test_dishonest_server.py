@@ -533,3 +533,39 @@ def test_a_small_answer_withheld_is_caught(
     (failure,) = failures_of(replay(writer.run_id), "disclosure")
     assert failure.startswith(f"{seq}:")
     assert "by digest only; the rules show it inline" in failure
+
+
+def _sized_answer(size: int, tag: str = "q") -> str:
+    text = tag * (size - 2)
+    assert len(rules.answer_bytes(text)) == size
+    return text
+
+
+def test_an_honest_line_in_mid_projection_verifies_with_blobs_and_redacted(
+    ledger: Ledger,
+    replay: Callable[..., ReplayReport],
+    replay_redacted: Callable[[str], ReplayReport],
+) -> None:
+    """First fit past the 4 MiB line, trials without an answer, trials recorded in
+    reverse order: the server's line and replay's agree, with the blobs and without."""
+    writer = _writer(ledger, dev_calls=4)
+    n = 66
+    for a in range(n):
+        writer.answers[(DEV[0].id, a)] = _sized_answer(65_000 if a % 5 else 70_000)
+    cases = [DEV[1].id, DEV[0].id]
+    rid, _ = writer.request(CAND, "dev", cases, n, decision="accepted", reason=None)
+    no_answer = {(DEV[1].id, a) for a in range(0, n, 7)}
+    for case_id, attempt in reversed([(c, a) for c in cases for a in range(n)]):
+        if (case_id, attempt) in no_answer:
+            writer.answers[(case_id, attempt)] = None
+            writer.trial(rid, CAND, "dev", case_id, attempt, answer_digest=None)
+        else:
+            writer.trial(rid, CAND, "dev", case_id, attempt)
+    seq = writer.project(rid, "dev")
+    (body,) = [r.payload["projection"] for r in ledger.records(writer.run_id) if r.seq == seq]
+    shown = body["cases"][DEV[0].id]["trials"]
+    assert any(t.get("answer_in_blob") for t in shown)
+    assert any("answer_in_blob" not in t for t in shown)
+    honest_finish(writer, CAND)
+    assert checks(replay(writer.run_id))["disclosure"]
+    assert checks(replay_redacted(writer.run_id))["disclosure"]

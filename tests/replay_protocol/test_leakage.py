@@ -225,3 +225,23 @@ def test_test_answers_in_the_server_part_of_a_projection_are_caught(
     (failure,) = failures_of(report, "leakage")
     assert failure.startswith(f"{seq}:") and "answer of rp-test-0" in failure
     assert not checks(report)["disclosure"]  # the extra field is not what the trials imply
+
+
+def test_an_answer_shown_by_digest_is_scanned_and_a_redacted_one_is_said_unscanned(
+    ledger: Ledger,
+    replay: Callable[..., ReplayReport],
+    replay_redacted: Callable[[str], ReplayReport],
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit="a" * 40))
+    writer.commit("a" * 40)
+    leak = f"{TEST[0].input['question']} " + "p" * rules.MAX_SHOWN_ANSWER_BYTES
+    writer.answers[(DEV[0].id, 0)] = {"answer": leak}  # too large: shown by digest
+    writer.evaluate("a" * 40, "dev", [DEV[0].id], 1)
+    honest_finish(writer, "a" * 40)
+    (failure,) = failures_of(replay(writer.run_id), "leakage")  # its blob is scanned
+    assert "input of rp-test-0" in failure
+    redacted = replay_redacted(writer.run_id)
+    assert checks(redacted)["leakage"]  # nothing to scan; it says so
+    (detail,) = [c.detail for c in redacted.checks if c.name == "leakage"]
+    assert "redacted: not scanned" in detail
+    assert redacted.sections["leakage"]["audit"]["unscanned_blobs"] >= 1

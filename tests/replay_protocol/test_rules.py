@@ -159,6 +159,43 @@ def test_answers_shown_in_one_projection_stop_at_the_total_cap_in_case_order() -
     assert len(canonical_json(body)) < rules.MAX_SHOWN_ANSWERS_BYTES + 64 * 1024
 
 
+def test_the_total_cap_is_first_fit_and_ordered_by_code_point() -> None:
+    size = 65_000  # 64 of these fit in 4 MiB, the 65th does not
+    views = [_sized(f"c{i:03d}", 0, size) for i in range(66)]
+    inline = rules.shown_inline([*views, _sized("zz", 0, 10)])
+    assert ("c063", 0) in inline and ("c064", 0) not in inline
+    assert ("zz", 0) in inline  # an answer that does not fit uses none of the 4 MiB
+    # Case ids are walked in code-point order (as canonical JSON sorts names), which for
+    # these two is not UTF-16 order.
+    bmp, astral = "\uff21", "\U0001f600"
+    assert sorted([bmp, astral], key=lambda s: s.encode("utf-16-be")) == [astral, bmp]
+    filler = [_sized(bmp, a, rules.MAX_SHOWN_ANSWER_BYTES) for a in range(64)]
+    inline = rules.shown_inline([_sized(astral, 0, 10), *filler])
+    assert (bmp, 63) in inline and (astral, 0) not in inline
+
+
+def test_only_the_trials_digest_fields_are_fetchable() -> None:
+    inner = "e" * 64
+    body = {
+        "cases": {
+            "c": {
+                "mean": "1",
+                "trials": [
+                    {
+                        "attempt": 0,
+                        "answer": {"evidence_digest": inner, "text": inner},
+                        "answer_digest": "a" * 64,
+                        "trace_digest": "b" * 64,
+                    }
+                ],
+            }
+        },
+        "trials": 1,
+    }
+    assert rules.fetchable_digests(body) == {"a" * 64, "b" * 64}
+    assert rules.fetchable_digests({"cases": 3, "trials": 3, "mean": "1"}) == set()
+
+
 def test_val_projection_is_the_aggregate_mean_only() -> None:
     views = [_view(f"c{i}", 0, Fraction(i % 2)) for i in range(5)]
     views.append(_view("c0", 1, Fraction(1)))  # c0: mean 1/2, so mean of means 1/2
