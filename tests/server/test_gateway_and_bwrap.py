@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,21 +49,34 @@ def _model_task(root: Path) -> object:
     return make_task(root, ref="model", models=["holedger-sim-1"], seed=seed)
 
 
-@pytest.mark.slow
-def test_trials_call_the_model_through_the_gateway_with_their_own_tokens(
-    fresh_home: Settings, tmp_path: Path
-) -> None:
-    task = _model_task(tmp_path / "task")
-    ledger = Ledger.from_settings(fresh_home)
-    link = GatewayLink(ledger)
+@contextmanager
+def _model_service(
+    home: Settings, root: Path, config: GatewayConfig | None = None
+) -> Iterator[tuple[RunService, Ledger]]:
+    """A service for the model task, its trials calling the gateway in this process."""
+    task = _model_task(root / "task")
+    ledger = Ledger.from_settings(home)
+    link = GatewayLink(ledger, config=config)
     service = RunService(
-        fresh_home,
+        home,
         ledger,
         gateway=link,
         task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
         default_backend="process",
     )
     try:
+        yield service, ledger
+    finally:
+        service.close()
+        link.close()
+        ledger.close()
+
+
+@pytest.mark.slow
+def test_trials_call_the_model_through_the_gateway_with_their_own_tokens(
+    fresh_home: Settings, tmp_path: Path
+) -> None:
+    with _model_service(fresh_home, tmp_path) as (service, ledger):
         run_id = service.open_run("model").run_id
         ev = service.evaluate(run_id, "seed", "dev", ["dev-1", "dev-2"], 1)
         assert ev.projection["cases"]["dev-1"]["mean"] == "1"
@@ -90,10 +105,6 @@ def test_trials_call_the_model_through_the_gateway_with_their_own_tokens(
         assert all(row.revoked for row in rows)
         service.nominate(run_id, "seed")
         assert_replay_verifies(ledger, run_id)
-    finally:
-        service.close()
-        link.close()
-        ledger.close()
 
 
 @pytest.mark.bwrap
@@ -181,18 +192,8 @@ def test_an_unreachable_upstream_is_named_in_the_evaluation(
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    task = _model_task(tmp_path / "task")
-    ledger = Ledger.from_settings(fresh_home)
     config = GatewayConfig(upstream=UpstreamConfig(base_url=f"http://127.0.0.1:{port}/v1"))
-    link = GatewayLink(ledger, config=config)
-    service = RunService(
-        fresh_home,
-        ledger,
-        gateway=link,
-        task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
-        default_backend="process",
-    )
-    try:
+    with _model_service(fresh_home, tmp_path, config) as (service, ledger):
         run_id = service.open_run("model").run_id
         ev = service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
         assert ev.projection["cases"]["dev-1"]["mean"] == "0"
@@ -205,7 +206,3 @@ def test_an_unreachable_upstream_is_named_in_the_evaluation(
         ]
         calls = [r.payload for r in ledger.records(run_id) if r.type == "GatewayCall"]
         assert [c["status"] for c in calls] == [502] * 5
-    finally:
-        service.close()
-        link.close()
-        ledger.close()

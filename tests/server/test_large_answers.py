@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from holedger.config import Settings
 from holedger.errors import NotFoundError
-from holedger.ledger.store import Ledger
 from holedger.replay.bundle import KIND_RECORD, LIMITS, export_bundle, verify_bundle
 from holedger.server.candidates import FileEntry, read_directory
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
-from .tinytask import CASES, make_task
+from .conftest import _home, _service
+from .tinytask import CASES, make_task, write_seed
 
 ANSWER_CHARS = 700_000
 
@@ -34,22 +33,10 @@ print(json.dumps({{"answer": q.upper(), "notes": q[-1] * {ANSWER_CHARS}}}))
 
 @pytest.fixture
 def big_service(tmp_path: Path) -> Iterator[RunService]:
-    seed = tmp_path / "seed"
-    (seed / "harness").mkdir(parents=True)
-    (seed / "harness" / "__init__.py").write_text("")
+    seed = write_seed(tmp_path)
     (seed / "harness" / "__main__.py").write_text(BIG_MAIN)
-    (seed / "rules").mkdir()
-    (seed / "rules" / "policy.txt").write_text("answers are upper case\n")
     task = make_task(tmp_path / "task", ref="big", seed=seed, k=1)
-    home = Settings.resolve(tmp_path / "home")
-    Ledger.init_home(home)
-    svc = RunService(
-        home,
-        Ledger.from_settings(home),
-        gateway=None,
-        task_loader=lambda ref: task,
-        default_backend="process",
-    )
+    svc = _service(_home(tmp_path), task)
     yield svc
     svc.close()
     svc.ledger.close()
