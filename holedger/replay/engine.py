@@ -65,6 +65,10 @@ class ReplayContext:
     opened: RunOpened
     blobs: BlobSource
     extra: dict[str, object] = field(default_factory=dict)
+    # Set before ``finish`` when the log breaks: the last seq the projections were given
+    # (-1: none). What a later event would have completed (a request's trials, its
+    # projection, the score) is then not judged missing: it may lie past the break.
+    cut_after: int | None = None
 
 
 class Projection(Protocol):
@@ -110,6 +114,7 @@ class _Verifier:
         self.role_state: dict[str, tuple[str, Ed25519PublicKey]] = {}
 
         self.projections: list[Projection] = []
+        self.ctx: ReplayContext | None = None
         self.opened: RunOpened | None = None
         self.events = 0
         self.last_type: str | None = None
@@ -297,8 +302,8 @@ class _Verifier:
             )
         self.role_keys = declared
         self.role_state = {}
-        ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
-        self.projections = [factory(ctx) for factory in self.factories]
+        self.ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
+        self.projections = [factory(self.ctx) for factory in self.factories]
 
     def _check_signature(self, rec: Record) -> None:
         role = rec.role
@@ -410,6 +415,8 @@ class _Verifier:
         if self.redacted:  # counted as the bundle's export counts them: distinct blobs
             out.section("redacted", {"blobs": len(self.redacted)})
             out.check("blobs", out.ok("blobs"), f"{len(self.redacted)} blobs redacted: not checked")
+        if not self.intact and self.ctx is not None:
+            self.ctx.cut_after = self.verified_through
         for projection in self.projections:
             projection.finish(out)
         if not self.intact and self.projections:

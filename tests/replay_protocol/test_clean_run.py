@@ -171,6 +171,17 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     assert not broken[0].reason.startswith("[")
     seqs = [f.seq for f in report.failures]
     assert seqs == sorted(seqs, key=lambda seq: (seq is None, seq or 0)), report.failures
+    # What the events past the break would have completed (a request's trials, its
+    # projection, the score) is not called missing: the first failure is the break.
+    assert report.failures[0] == broken[0], report.failures
+    assert not any(
+        "never recorded" in f.reason
+        or "has no projection" in f.reason
+        or "never scored" in f.reason
+        for f in report.failures
+    ), report.failures
+    details = {c.name: c.detail for c in report.checks}
+    assert "lie past the break: not judged" in details["trials_match_requests"]
     later = [c for c in report.checks if c.name not in integrity]
     assert {c.name for c in later} >= {*OUR_CHECKS, "isolation"}
     judged = f"[judged on seq 0 to {at - 1} only, where the log is intact]"
