@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from holedger.output import console, emit_json, plain, progress_bar, settings
+from holedger.sandboxes import BACKEND_NAMES
 
 
 @click.command("report")
@@ -50,8 +51,9 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 @click.option(
     "--backend",
+    type=click.Choice(BACKEND_NAMES),
     default=None,
-    help="Sandbox backend: bwrap, docker or process (default: the strongest available).",
+    help="Sandbox backend (default: the strongest available).",
 )
 @click.pass_context
 def demo_cmd(ctx: click.Context, as_json: bool, backend: str | None) -> None:

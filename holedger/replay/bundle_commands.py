@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -678,6 +679,16 @@ def attest_cmd(
         )
 
 
+def _looks_like_envelope(text: str) -> bool:
+    """Whether ``text`` is shaped as a DSSE envelope at all (its content is verified
+    later): telling a wrong file (bad usage) from a forged or damaged envelope."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and {"payloadType", "payload", "signatures"} <= set(value)
+
+
 @click.command("verify-attestation")
 @click.argument("attestation")
 @click.option("--trusted-key", "trusted", multiple=True, required=True, help="Signer vkey(s).")
@@ -694,6 +705,12 @@ def verify_attestation_cmd(
 
     keys = load_trusted_keys(list(trusted))
     text = _read_text(attestation, "attestation")
+    if not _looks_like_envelope(text):
+        raise UsageError(
+            f"{attestation} is not a DSSE envelope (a JSON object with payloadType, payload "
+            "and signatures)",
+            hint="make one with 'holedger attest RUN -o FILE'",
+        )
     try:
         statement = verify_attestation(text, keys)
         if bundle_file:

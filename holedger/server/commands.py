@@ -17,6 +17,7 @@ import click
 from holedger.errors import UsageError
 from holedger.output import emit_json, settings
 from holedger.replay.report import counted, score_text
+from holedger.sandboxes import BACKEND_NAMES
 from holedger.server import MAX_ATTEMPTS
 
 
@@ -42,7 +43,12 @@ def _json_opt(fn: Any) -> Any:
 @click.command("open")
 @click.option("--task", "task", required=True, help="Task name or folder.")
 @click.option("--optimizer", default="unnamed", show_default=True, help="Optimizer label.")
-@click.option("--backend", default=None, help="Sandbox backend (bwrap, docker, process).")
+@click.option(
+    "--backend",
+    type=click.Choice(BACKEND_NAMES),
+    default=None,
+    help="Sandbox backend of the run's trials (default: the strongest available).",
+)
 @_json_opt
 @click.pass_context
 def run_open(
@@ -150,6 +156,7 @@ def eval_cmd(
         result = service.evaluate(run_id, candidate, split, case_ids, attempts)
     data = {"run_id": run_id, **result.as_json(), "warnings": result.warnings}
     if as_json:
+        _warn(result.warnings)  # on stderr with --json too: stdout stays one document
         emit_json(data)
         return
     click.echo(f"request {result.request_id} accepted ({result.policy})")
@@ -161,7 +168,11 @@ def eval_cmd(
             click.echo(f"  {case_id}  mean {entry['mean']}")
     used = result.budget_after[split]
     click.echo(f"{split} budget used: {used['calls']} calls, {used['case_passes']} case-passes")
-    for line in result.warnings:
+    _warn(result.warnings)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
         click.echo(f"warning: {line}", err=True)
 
 
@@ -204,7 +215,12 @@ def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_
     help="Also serve the gateway on this unix socket.",
 )
 @click.option("--no-tcp", is_flag=True, help="Listen on the unix sockets only.")
-@click.option("--backend", default=None, help="Default sandbox backend of runs.")
+@click.option(
+    "--backend",
+    type=click.Choice(BACKEND_NAMES),
+    default=None,
+    help="Default sandbox backend of runs (default: the strongest available).",
+)
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
 @_json_opt
 @click.pass_context

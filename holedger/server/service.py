@@ -313,8 +313,9 @@ class RunService:
         if Path(task_ref).is_dir():
             task_ref = str(Path(task_ref).resolve())  # later commands may run elsewhere
         task = self.task(task_ref)
-        backend = backend or self.default_backend
-        get_backend(backend)  # refuse an unavailable backend before anything is recorded
+        # Refuse an unavailable backend before anything is recorded; without one named,
+        # the strongest available now is the run's for good (its trials never switch).
+        backend = get_backend(backend or self.default_backend).name
         seed_files = read_directory(task.seed_dir, self.tree_limits)
         seed_baseline = self.ensure_baseline(task_ref, backend=backend) if baseline else None
         run_id = str(uuid.uuid4())
@@ -349,9 +350,7 @@ class RunService:
         from holedger.gateway.tokens import TokenRegistry
 
         token = TokenRegistry(self.ledger.app.engine).issue_optimizer_token(run_id)
-        return OpenedRun(
-            run_id, task.terms.task_id, seed.commit, token, seed_baseline, backend or "default"
-        )
+        return OpenedRun(run_id, task.terms.task_id, seed.commit, token, seed_baseline, backend)
 
     # ------------------------------------------------------------------ commit
 
@@ -480,12 +479,13 @@ class RunService:
             )
             return [("EvaluationRequested", payload, "server")], payload
 
+        runner = self._trial_runner(run_id, task)
         request = self._decide(run_id, decide)
         if request.decision == "rejected":
             reason = request.reason or "rejected"
             error = BudgetExceededError if "budget exceeded" in reason else PolicyError
             raise error(f"request {request_id} rejected: {reason}", hint=_hint_for(reason))
-        outcomes = self._run_trials(run_id, task, request, split_cases)
+        outcomes = self._run_trials(runner, run_id, request, split_cases)
         views = [rules.trial_view(o.completed, o.answer) for o in outcomes]
         policy, body = rules.project(split, terms.disclosure, views)
         digest = rules.projection_digest(body)
@@ -512,25 +512,30 @@ class RunService:
             warnings=outcome_warnings(outcomes) if split == "dev" else [],
         )
 
-    def _run_trials(
-        self,
-        run_id: str,
-        task: ServerTask,
-        request: EvaluationRequested,
-        cases: dict[str, CaseData],
-    ) -> list[TrialOutcome]:
+    def _trial_runner(self, run_id: str, task: ServerTask) -> TrialRunner:
+        """Everything trials need, made (and its configuration checked) before a request
+        is recorded: a backend, a gateway or a setting that fails must fail the request
+        unrecorded, not leave an accepted request that never gets its trials."""
         config = RunConfig.load(self.settings, run_id)
-        backend = get_backend(config.backend)
-        runner = TrialRunner(
+        return TrialRunner(
             ledger=self.ledger,
             repo=self.repo(run_id),
-            backend=backend,
+            backend=get_backend(config.backend),
             entrypoint=task.terms.entrypoint,
             model=task.model,
             limits=Limits(wall_s=float(task.terms.case_timeout_s)),
             verify=task.verify,
             gateway=self.gateway() if task.terms.models else None,
         )
+
+    def _run_trials(
+        self,
+        runner: TrialRunner,
+        run_id: str,
+        request: EvaluationRequested,
+        cases: dict[str, CaseData],
+    ) -> list[TrialOutcome]:
+        backend = runner.backend
         plans = [
             TrialPlan(
                 run_id=run_id,
@@ -578,6 +583,7 @@ class RunService:
                 return [], commit  # resuming the nomination cut short
             return [("CandidateNominated", CandidateNominated(candidate=commit), "server")], commit
 
+        runner = self._trial_runner(run_id, task)
         commit = self._decide(run_id, decide)
         scored_already = self.states.current(run_id).scored
         if scored_already is not None:
@@ -608,7 +614,7 @@ class RunService:
             return [("EvaluationRequested", payload, "server")], payload
 
         request = self._decide(run_id, held_out)
-        outcomes = self._run_trials(run_id, task, request, test_cases)
+        outcomes = self._run_trials(runner, run_id, request, test_cases)
         per_case: dict[str, list[Fraction]] = {c: [] for c in ids}
         for outcome in sorted(outcomes, key=lambda o: (o.completed.case_id, o.completed.attempt)):
             per_case[outcome.completed.case_id].append(outcome.completed.score)

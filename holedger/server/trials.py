@@ -232,27 +232,31 @@ class TrialRunner:
 def outcome_warnings(outcomes: Sequence[TrialOutcome]) -> list[str]:
     """What went wrong in a request's trials, in a few lines for whoever asked.
 
-    A score of 0 says nothing of why; these lines do: trials that gave no answer (with
-    their exit statuses), timed out, ran out of memory or could not run, and model calls
-    the gateway answered with an error (by error code, e.g. ``upstream_unreachable``).
-    Everything here is also in the recorded events.
+    A score of 0 says nothing of why; these lines do: trials that gave no answer, each
+    counted once under its cause (could not run, timed out, out of memory, else its exit
+    status), trials that answered but were cut short, and model calls the gateway
+    answered with an error (by error code, else reason). Every fact here is also in the
+    recorded events.
     """
     total = len(outcomes)
     lines: list[str] = []
-    no_answer = [o.completed for o in outcomes if o.answer is None]
-    if no_answer:
-        statuses = Counter(
-            "no exit status" if t.exit_status is None else f"exit status {t.exit_status}"
-            for t in no_answer
+    causes: Counter[str] = Counter()
+    cut_short: Counter[str] = Counter()
+    for outcome in outcomes:
+        cause = _cause(outcome)
+        if outcome.answer is None:
+            causes[cause or _exit_text(outcome.completed.exit_status)] += 1
+        elif cause is not None:
+            cut_short[cause] += 1
+    if causes:
+        lines.append(
+            f"{sum(causes.values())} of {total} trials gave no answer: {_tally_text(causes)}"
         )
-        lines.append(f"{len(no_answer)} of {total} trials gave no answer: {_tally_text(statuses)}")
-    for name, flag in (("timed out", "timed_out"), ("ran out of memory", "oom")):
-        hit = sum(1 for o in outcomes if getattr(o.completed, flag))
-        if hit:
-            lines.append(f"{hit} of {total} trials {name}")
-    broken = sum(1 for o in outcomes if any(v.category == "sandbox_error" for v in o.violations))
-    if broken:
-        lines.append(f"{broken} of {total} trials could not run (sandbox_error)")
+    if cut_short:
+        lines.append(
+            f"{sum(cut_short.values())} of {total} trials answered but were cut short: "
+            f"{_tally_text(cut_short)}"
+        )
     failed: Counter[str] = Counter()
     for outcome in outcomes:
         failed.update(outcome.failed_calls)
@@ -265,6 +269,22 @@ def outcome_warnings(outcomes: Sequence[TrialOutcome]) -> list[str]:
                 "upstream_base_url in the home's gateway.toml right?"
             )
     return lines
+
+
+def _cause(outcome: TrialOutcome) -> str | None:
+    """Why a trial was stopped, if it was: its sandbox failed, it timed out, or ran out
+    of memory (None: it ended by itself)."""
+    if any(v.category == "sandbox_error" for v in outcome.violations):
+        return "could not run (sandbox_error)"
+    if outcome.completed.timed_out:
+        return "timed out"
+    if outcome.completed.oom:
+        return "out of memory"
+    return None
+
+
+def _exit_text(status: int | None) -> str:
+    return "no exit status" if status is None else f"exit status {status}"
 
 
 def _tally_text(counts: Counter[str]) -> str:

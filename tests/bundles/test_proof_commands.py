@@ -234,6 +234,16 @@ def test_attestation_round_trip_and_independent_dsse_check(
     env["payload"] = base64.b64encode(payload.replace(b'"verified"', b'"failed"')).decode()
     att.write_text(json.dumps(env))
     assert run(sample, "verify-attestation", str(att), "--trusted-key", vkey)[0] == 1
+    # A file that is no envelope at all is bad usage (exit 2), as for verify and
+    # verify-proof; a damaged envelope (above) is a failed verification (exit 1).
+    for name, text in {
+        "text": "hello\n",
+        "other JSON": '{"value": 238.9}',
+        "no signatures": json.dumps({"payloadType": "x", "payload": ""}),
+    }.items():
+        att.write_text(text)
+        code, out = run(sample, "verify-attestation", str(att), "--trusted-key", vkey)
+        assert code == 2 and "is not a DSSE envelope" in out and "holedger attest" in out, name
 
 
 @pytest.mark.parametrize(

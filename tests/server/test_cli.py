@@ -71,6 +71,8 @@ def test_errors_are_one_line_with_a_hint(fresh_home: Settings) -> None:
     assert len(lines) == 1 and lines[0].startswith("holedger: error: no run ffff0000")
     result = runner.invoke(cli, [*home, "nominate", "ab", "seed", "--json"])
     assert result.exit_code == 2 and "at least 4 characters" in result.output
+    result = runner.invoke(cli, [*home, "run", "open", "--task", "x", "--backend", "nosuch"])
+    assert result.exit_code == 2 and "'bwrap', 'docker', 'process'" in result.output
 
 
 def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path) -> None:
@@ -96,6 +98,7 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
         "--json",
     )
     run_id = opened["run_id"]
+    assert opened["backend"] == "process"
     assert opened["task_id"] == "tiny-folder"
     assert opened["seed_baseline"]["e_h0"] == "0.5"
     assert opened["optimizer_token"].startswith("hlg_")
@@ -161,9 +164,10 @@ def test_eval_says_why_trials_scored_nothing(fresh_home: Settings, tmp_path: Pat
     again = runner.invoke(
         cli, [*home, "eval", run_id, candidate, "--split", "dev", "--cases", "dev-3", "--json"]
     )
-    assert json.loads(again.output)["warnings"] == [
+    assert json.loads(again.stdout)["warnings"] == [
         "1 of 1 trials gave no answer: exit status 3 (1)"
     ]
+    assert again.stderr == "warning: 1 of 1 trials gave no answer: exit status 3 (1)\n"
     # val discloses its aggregate mean only: three of its cases crash, and nothing says so.
     val = runner.invoke(cli, [*home, "eval", run_id, candidate, "--split", "val"])
     assert val.exit_code == 0, val.output

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from holedger.config import Settings
+from holedger.errors import ConfigError
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import TrialCompleted
+from holedger.server import rules
 from holedger.server.gateway_link import GatewayLink
 from holedger.server.service import RunService
 
@@ -206,3 +208,43 @@ def test_an_unreachable_upstream_is_named_in_the_evaluation(
         ]
         calls = [r.payload for r in ledger.records(run_id) if r.type == "GatewayCall"]
         assert [c["status"] for c in calls] == [502] * 5
+
+
+def test_a_gateway_that_cannot_start_records_nothing(
+    fresh_home: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad gateway.toml (or an unset key variable) fails eval and nominate before any
+    decision is recorded: no accepted request is left without trials, nothing is charged,
+    and once the setting is mended the run goes on and verifies."""
+    task = _model_task(tmp_path / "task")
+    ledger = Ledger.from_settings(fresh_home)
+    service = RunService(
+        fresh_home,
+        ledger,
+        task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
+        default_backend="process",
+    )  # the gateway starts on demand, from the home's gateway.toml
+    toml = fresh_home.home / "gateway.toml"
+    monkeypatch.delenv("HOLEDGER_TEST_UNSET_KEY", raising=False)
+    try:
+        run_id = service.open_run("model", baseline=False).run_id
+        count = len(list(ledger.records(run_id)))
+        for setting in (
+            'upstream_api_key_env = "HOLEDGER_TEST_UNSET_KEY"',
+            'default_max_tokens = "lots"',
+        ):
+            toml.write_text(f'[gateway]\nupstream_base_url = "http://127.0.0.1:9/v1"\n{setting}\n')
+            with pytest.raises(ConfigError):
+                service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
+            with pytest.raises(ConfigError):
+                service.nominate(run_id, "seed")
+            assert len(list(ledger.records(run_id))) == count  # nothing recorded
+            assert service.state(run_id).used == rules.no_use()
+        toml.unlink()  # back to the simulator
+        ev = service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
+        assert ev.projection["cases"]["dev-1"]["mean"] == "1"
+        ledger.close_run(run_id, reason="aborted")
+        assert_replay_verifies(ledger, run_id)
+    finally:
+        service.close()
+        ledger.close()

@@ -282,3 +282,24 @@ def test_a_run_scored_but_not_closed_is_closed_by_nominating_again(
     )
     assert scored.e_h0 is not None and "RunClosed" in types
     assert_replay_verifies(service.ledger, run_id)
+
+
+def test_a_run_opened_without_a_backend_keeps_the_one_chosen_then(
+    fresh_home: Settings, tiny: ServerTask
+) -> None:
+    from holedger.errors import SandboxError
+    from holedger.sandboxes import get_backend
+    from holedger.server.service import RunConfig
+
+    try:
+        strongest = get_backend(None).name
+    except SandboxError as exc:
+        pytest.skip(f"no isolating backend on this machine: {exc.message}")
+    service = RunService(fresh_home, Ledger.from_settings(fresh_home), task_loader=lambda r: tiny)
+    try:
+        opened = service.open_run("tiny", baseline=False)
+        assert opened.backend == strongest
+        assert RunConfig.load(fresh_home, opened.run_id).backend == strongest
+    finally:
+        service.close()
+        service.ledger.close()
