@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from holedger.output import console, emit_json, settings, table
+from holedger.output import console, emit_json, plain, settings, table
+from holedger.replay.report import counted
 
 
 @click.group("analysis")
@@ -27,16 +28,39 @@ def gains_cmd(
 
     cfg = settings(ctx)
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    excluded: list[str] = []
     try:
-        gains = collect(ledger, task_id=task_id, include_baselines=baselines, verify=verify)
+        gains = collect(
+            ledger,
+            task_id=task_id,
+            include_baselines=baselines,
+            verify=verify,
+            excluded=excluded,
+        )
     finally:
         ledger.close()
     groups = summarize(gains)
     if as_json:
-        emit_json({"runs": [g.to_json() for g in gains], "groups": [s.to_json() for s in groups]})
+        emit_json(
+            {
+                "runs": [g.to_json() for g in gains],
+                "groups": [s.to_json() for s in groups],
+                "replayed": verify,
+                "excluded": excluded,
+            }
+        )
         return
+    if verify:
+        note = (
+            f"{counted(len(excluded), 'scored run')} left out: replay does not verify "
+            f"{', '.join(r[:8] for r in excluded)} (see 'holedger replay RUN')"
+            if excluded
+            else "every scored run verifies"
+        )
+    else:
+        note = "not replayed: --verify counts only the runs that verify"
     if not gains:
-        click.echo("no scored runs (hint: 'holedger demo' scores one)")
+        click.echo(f"no scored runs (hint: 'holedger demo' scores one); {note}")
         return
     rows = [
         [
@@ -67,6 +91,7 @@ def gains_cmd(
             "by task and optimizer", ["task", "optimizer", "runs", "mean g", "> band"], summary_rows
         )
     )
+    out.print(plain(note), soft_wrap=True)
 
 
 def register(cli: click.Group) -> None:

@@ -125,8 +125,10 @@ def collect(
     task_id: str | None = None,
     include_baselines: bool = False,
     verify: bool = False,
+    excluded: list[str] | None = None,
 ) -> list[RunGain]:
-    """Every scored run's gain, optionally only runs that replay verifies."""
+    """Every scored run's gain, optionally only runs that replay verifies (the ids of the
+    scored runs that do not are appended to ``excluded`` when it is given)."""
     gains = []
     for info in ledger.runs():
         if info.state != "closed" or (task_id and info.task_id != task_id):
@@ -142,6 +144,8 @@ def collect(
             ok = replay_run(ledger, info.run_id).verified
             gain = RunGain(**{**gain.__dict__, "verified": ok})
             if not ok:
+                if excluded is not None:
+                    excluded.append(info.run_id)
                 continue
         gains.append(gain)
     return gains

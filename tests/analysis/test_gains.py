@@ -70,3 +70,27 @@ def test_analysis_gains_command_prints_json(tmp_path: Path) -> None:
     data = json.loads(result.output)
     assert [r["run_id"] for r in data["runs"]] == [writer.run_id]
     assert data["groups"][0]["runs"] == 1
+
+
+def test_runs_that_fail_replay_are_named_when_left_out(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
+    ledger = Ledger.from_settings(Settings.resolve(home))
+    honest = _scored_run(ledger)
+    inflated = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(inflated, SEED, CAND)
+    inflated.nominate(CAND)
+    inflated.heldout(CAND)
+    inflated.scored(CAND, e_h_plus=Fraction(1), g=Fraction(1))  # not what its trials say
+    inflated.close()
+    args = ["--home", str(home), "analysis", "gains"]
+    data = json.loads(runner.invoke(cli, [*args, "--json"]).output)
+    assert {r["run_id"] for r in data["runs"]} == {honest.run_id, inflated.run_id}
+    assert data["replayed"] is False and data["excluded"] == []
+    data = json.loads(runner.invoke(cli, [*args, "--verify", "--json"]).output)
+    assert [r["run_id"] for r in data["runs"]] == [honest.run_id]
+    assert data["replayed"] is True and data["excluded"] == [inflated.run_id]
+    text = runner.invoke(cli, [*args, "--verify"]).output
+    assert f"1 scored run left out: replay does not verify {inflated.run_id[:8]}" in text
+    assert "not replayed: --verify" in runner.invoke(cli, args).output
