@@ -26,6 +26,10 @@ ROOM_COMMANDS = (
 )
 
 
+# The options of `holedger` itself, which go before the command.
+GLOBAL_OPTIONS = ("--home", "--ledger")
+
+
 class HoledgerGroup(click.Group):
     """Turns every HoledgerError, and click's own usage errors, into one line on stderr
     with its exit code."""
@@ -39,8 +43,16 @@ class HoledgerGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx else "holedger"
+            hint = f"see '{where} --help'"
+            if isinstance(exc, click.NoSuchOption) and exc.option_name in GLOBAL_OPTIONS:
+                # `holedger replay RUN --home DIR`: a global option after the command
+                exc = click.NoSuchOption(exc.option_name, ctx=exc.ctx)
+                hint = (
+                    f"{exc.option_name} is an option of holedger itself: put it before the "
+                    f"command, e.g. 'holedger {exc.option_name} ... {where.partition(' ')[2]}'"
+                )
             message = " ".join(exc.format_message().split())  # one line, no tabs
-            click.echo(f"holedger: error: {message} (hint: see '{where} --help')", err=True)
+            click.echo(f"holedger: error: {message} (hint: {hint})", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             click.echo(f"holedger: error: {exc.format_message()}", err=True)

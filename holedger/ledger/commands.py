@@ -11,6 +11,7 @@ import click
 if TYPE_CHECKING:
     from holedger.ledger.store import Ledger
 
+from holedger.ledger.keys import PublicKey
 from holedger.output import console, emit_json, settings, table
 
 
@@ -121,15 +122,23 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         "state": info.state,
         "events": info.events,
         "by_type": dict(sorted(counts.items())),
-        "keys": {role: k.model_dump() for role, k in opened.keys.items()},
+        "keys": {
+            role: {
+                **k.model_dump(),
+                "vkey": PublicKey.declared(k.name, k.public_key).vkey(),
+            }
+            for role, k in opened.keys.items()
+        },
     }
     if as_json:
         emit_json(data)
         return
     click.echo(f"run {run_id}  task {opened.task_id}  optimizer {opened.optimizer}  {info.state}")
     for role, declared in sorted(opened.keys.items()):
-        # As declared by the run (replay checks them; pin them with --trusted-key).
-        click.echo(f"key {role}  {declared.name} {declared.key_id} {declared.public_key}")
+        # As declared by the run, as verifier keys (replay checks them; a verifier pins one
+        # with --trusted-key after getting it from the operator, not from the run).
+        vkey = PublicKey.declared(declared.name, declared.public_key).vkey()
+        click.echo(f"key {role}  {vkey}")
     rows = [[name, n] for name, n in sorted(counts.items())]
     console().print(table(None, ["event", "count"], rows))
 

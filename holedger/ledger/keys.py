@@ -97,6 +97,12 @@ class PublicKey:
     def b64(self) -> str:
         return base64.b64encode(self.raw).decode()
 
+    @classmethod
+    def declared(cls, name: str, public_key_b64: str) -> PublicKey:
+        """The key a RunOpened declares (``name``, base64 ``public_key``); malformed base64
+        gives an empty key, which every check refuses."""
+        return cls(name, b64decode_strict(public_key_b64) or b"")
+
     def vkey(self) -> str:
         """The C2SP verifier key text."""
         blob = base64.b64encode(bytes([ALG_ED25519]) + self.raw).decode()

@@ -48,7 +48,6 @@ from holedger.ledger.note import (
 )
 from holedger.ledger.records import Record, parse_record
 from holedger.replay.report import ReplayReport
-from holedger.schemas.canonical import b64decode_strict
 
 if TYPE_CHECKING:
     from holedger.replay.engine import ProjectionFactory
@@ -610,7 +609,7 @@ class BundleChecks:
 
 
 def _declared_key(info: Any) -> PublicKey:
-    return PublicKey(str(info.name), b64decode_strict(str(info.public_key)) or b"")
+    return PublicKey.declared(str(info.name), str(info.public_key))
 
 
 # --------------------------------------------------------------------- exporting

@@ -288,7 +288,12 @@ def parse_consistency_text(text: str) -> tuple[int, list[bytes], str]:
     "from_checkpoint",
     help="Prove the latest checkpoint extends this earlier checkpoint note (consistency).",
 )
-@click.option("--from-size", type=int, help="Like --from-checkpoint, from a tree size.")
+@click.option(
+    "--from-size",
+    type=int,
+    help="Like --from-checkpoint, from a tree size (a verifier then needs a checkpoint "
+    "note of that size, kept from when the log had it).",
+)
 @click.option("-o", "--output", "output", help="Write the proof here (default: stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (and the proof).")
 @click.pass_context
@@ -393,7 +398,11 @@ def verify_proof_cmd(
     try:
         if text.startswith(CONSISTENCY_HEADER):
             if old_checkpoint is None:
-                raise UsageError("a consistency proof needs --old-checkpoint")
+                raise UsageError(
+                    "a consistency proof needs --old-checkpoint",
+                    hint="give the checkpoint note kept from when the log was smaller "
+                    "(what 'holedger checkpoint show RUN' printed then)",
+                )
             result = _verify_consistency(text, _read_text(old_checkpoint, "checkpoint"), keys)
         else:
             result = _verify_inclusion(text, keys)

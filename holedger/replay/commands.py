@@ -8,7 +8,7 @@ import click
 
 from holedger.ledger.keys import load_trusted_keys
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
-from holedger.replay.report import ReplayReport, score_text
+from holedger.replay.report import ReplayReport, counted, score_text
 
 
 def print_report(report: ReplayReport) -> None:
@@ -37,7 +37,8 @@ def print_report(report: ReplayReport) -> None:
     if isinstance(safety, dict):
         cats = ", ".join(f"{k}: {v}" for k, v in safety.get("by_category", {}).items())
         out.print(
-            f"safety: {plain(report.judged_on)}{safety.get('violations', 0)} violations"
+            f"safety: {plain(report.judged_on)}"
+            f"{counted(int(safety.get('violations', 0)), 'violation')}"
             f"{(' (' + plain(cats) + ')') if cats else ''}"
         )
 

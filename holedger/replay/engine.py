@@ -33,7 +33,6 @@ from holedger.ledger.records import Record, parse_record
 from holedger.ledger.store import Ledger
 from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary
 from holedger.replay.report import ReplayReport, ReportBuilder
-from holedger.schemas.canonical import b64decode_strict
 from holedger.schemas.events import Checkpoint, Model, RunOpened
 from holedger.schemas.types import ZERO_HASH
 
@@ -267,7 +266,7 @@ class _Verifier:
         declared: dict[str, PublicKey] = {}
         for role_name, info in opened.keys.items():
             role: str = role_name
-            key = PublicKey(info.name, b64decode_strict(info.public_key) or b"")
+            key = PublicKey.declared(info.name, info.public_key)
             if len(key.raw) != 32 or key.key_id_hex != info.key_id:
                 self._broken(0, rec.type, f"declared {role} key is malformed", "keys")
                 return

@@ -696,9 +696,10 @@ def safety_section(report: ReplayReport, data: RunData) -> str:
     parts = []
     if isinstance(safety, dict):
         parts.append(
-            f"<p>{esc(safety.get('violations', 0))} safety violations over "
-            f"{esc(safety.get('trials', len(data.trials)))} trials; "
-            f"{esc(safety.get('unisolated_trials', 0))} trials ran without isolation.</p>"
+            f"<p>{esc(counted(int(safety.get('violations', 0)), 'safety violation'))} over "
+            f"{esc(counted(int(safety.get('trials', len(data.trials))), 'trial'))}; "
+            f"{esc(counted(int(safety.get('unisolated_trials', 0)), 'trial'))} ran without "
+            "isolation.</p>"
         )
         by_cat = safety.get("by_category") or {}
         if by_cat:

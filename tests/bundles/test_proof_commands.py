@@ -118,6 +118,8 @@ def test_consistency_proof_between_two_checkpoints(
     code, text = run(sample, "prove", run_id, "--from-checkpoint", str(old), "-o", str(proof))
     assert code == 0, text
     assert text.startswith(f"wrote {proof}: consistency proof from size "), text
+    code, text = run(sample, "verify-proof", str(proof), "--trusted-key", vkey)
+    assert code == 2 and "needs --old-checkpoint" in text and "checkpoint show" in text
     args = ["verify-proof", str(proof), "--trusted-key", vkey, "--old-checkpoint"]
     code, text = run(sample, *args, str(old), "--json")
     assert code == 0, text

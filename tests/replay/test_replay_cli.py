@@ -6,6 +6,8 @@ script in a real subprocess.
 
 from __future__ import annotations
 
+import base64
+
 import hashlib
 import json
 import os
@@ -301,6 +303,16 @@ def test_usage_errors_are_one_line_with_a_hint(tmp_path: Path, args: list[str], 
     assert "(hint: see 'holedger" in result.output and "--help')" in result.output
 
 
+@pytest.mark.parametrize("option", ["--home", "--ledger"])
+def test_a_global_option_after_the_command_is_explained(tmp_path: Path, option: str) -> None:
+    result = CliRunner().invoke(cli, ["run", "list", option, str(tmp_path)], prog_name="holedger")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"holedger: error: No such option '{option}'. (hint: {option} is an option of "
+        f"holedger itself: put it before the command, e.g. 'holedger {option} ... run list')"
+    )
+
+
 def test_help_and_version_still_exit_0(tmp_path: Path) -> None:
     for args in (["--help"], ["replay", "--help"], ["--version"]):
         result = CliRunner().invoke(cli, ["--home", str(tmp_path), *args], prog_name="holedger")
@@ -340,6 +352,35 @@ def test_run_show_names_the_keys_the_run_declares(home: tuple[Path, str]) -> Non
     keys = json.loads(as_json.output)["keys"]
     text = CliRunner().invoke(cli, ["--home", str(path), "run", "show", run_id])
     assert text.exit_code == 0, text.output
+    shown = CliRunner().invoke(cli, ["--home", str(path), "keys", "show"]).output.strip()
+    # The same form as 'keys show', the one --trusted-key takes.
+    assert keys["server"]["vkey"] == shown
     for role, key in keys.items():
-        line = f"key {role}  {key['name']} {key['key_id']} {key['public_key']}"
-        assert line in text.output.splitlines(), text.output
+        assert (
+            key["vkey"]
+            == f"{key['name']}+{key['key_id'][:8]}+"
+            + base64.b64encode(b"\x01" + base64.b64decode(key["public_key"])).decode()
+        )
+        assert f"key {role}  {key['vkey']}" in text.output.splitlines(), text.output
+
+
+@pytest.mark.parametrize(
+    ("count", "says"), [(0, "0 violations ("), (1, "1 violation ("), (2, "2 violations (")]
+)
+def test_the_safety_line_counts_in_the_number_it_needs(
+    capsys: pytest.CaptureFixture[str], count: int, says: str
+) -> None:
+    from holedger.replay.commands import print_report
+    from holedger.replay.report import ReplayReport
+
+    report = ReplayReport(
+        run_id="r",
+        verified=True,
+        events=1,
+        checks=[],
+        failures=[],
+        sections={"safety": {"violations": count, "by_category": {"timeout": count}}},
+    )
+    print_report(report)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("safety:")]
+    assert line.startswith(f"safety: {says}"), line
