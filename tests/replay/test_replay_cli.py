@@ -7,7 +7,6 @@ script in a real subprocess.
 from __future__ import annotations
 
 import base64
-
 import hashlib
 import json
 import os
