@@ -125,7 +125,9 @@ class _Tally:
 
     def count_failure(self, status: int, code: str | None, reason: str | None) -> None:
         if status >= 400:
-            key = code or (reason or "")[:80] or f"status {status}"
+            # A denial has a code; an upstream's error has a reason, and its status tells
+            # one (a 401, a 429) from another.
+            key = code or (f"{reason[:80]}, status {status}" if reason else f"status {status}")
             self.failed[key] = self.failed.get(key, 0) + 1
 
 

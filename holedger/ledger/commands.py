@@ -123,10 +123,7 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         "events": info.events,
         "by_type": dict(sorted(counts.items())),
         "keys": {
-            role: {
-                **k.model_dump(),
-                "vkey": PublicKey.declared(k.name, k.public_key).vkey(),
-            }
+            role: {**k.model_dump(), "vkey": _declared_vkey(k.name, k.public_key, k.key_id)}
             for role, k in opened.keys.items()
         },
     }
@@ -137,10 +134,17 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
     for role, declared in sorted(opened.keys.items()):
         # As declared by the run, as verifier keys (replay checks them; a verifier pins one
         # with --trusted-key after getting it from the operator, not from the run).
-        vkey = PublicKey.declared(declared.name, declared.public_key).vkey()
-        click.echo(f"key {role}  {vkey}")
+        vkey = _declared_vkey(declared.name, declared.public_key, declared.key_id)
+        click.echo(f"key {role}  {vkey or 'malformed (replay reports it)'}")
     rows = [[name, n] for name, n in sorted(counts.items())]
     console().print(table(None, ["event", "count"], rows))
+
+
+def _declared_vkey(name: str, public_key: str, key_id: str) -> str | None:
+    """The verifier key a run declares, or None when the declaration does not hold one
+    (not 32 bytes, or not the key id it claims)."""
+    key = PublicKey.declared(name, public_key)
+    return key.vkey() if len(key.raw) == 32 and key.key_id_hex == key_id else None
 
 
 def register(cli: click.Group) -> None:

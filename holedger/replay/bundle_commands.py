@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from holedger.errors import NotFoundError, UsageError, VerificationError
+from holedger.errors import CanonicalError, NotFoundError, UsageError, VerificationError
 from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys
 from holedger.ledger.note import (
     TLOG_PROOF_HEADER,
@@ -40,7 +40,7 @@ from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, plain, progress_bar, settings
 from holedger.replay.commands import trusted_key_option
 from holedger.replay.report import counted, score_text
-from holedger.schemas.canonical import b64decode_strict
+from holedger.schemas.canonical import b64decode_strict, parse_json
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
 MAX_INPUT_FILE = 8 << 20
@@ -660,7 +660,6 @@ def attest_cmd(
     ctx: click.Context, run: str, output: str, bundle_file: str | None, as_json: bool
 ) -> None:
     """Sign RUN's result as an in-toto Statement v1 (DSSE, Ed25519, operator key)."""
-    import json
 
     from holedger.ledger.attest import attest
     from holedger.replay.engine import replay_run
@@ -692,8 +691,8 @@ def _looks_like_envelope(text: str) -> bool:
     """Whether ``text`` is shaped as a DSSE envelope at all (its content is verified
     later): telling a wrong file (bad usage) from a forged or damaged envelope."""
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = parse_json(text.encode("utf-8"))  # bounded depth; an envelope has no floats
+    except CanonicalError:
         return False
     return isinstance(value, dict) and {"payloadType", "payload", "signatures"} <= set(value)
 

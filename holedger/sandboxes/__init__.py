@@ -63,7 +63,7 @@ def get_backend(name: str | None = None) -> Backend:
         reasons.append(f"{candidate}: {why}")
     raise SandboxError(
         "no isolating sandbox backend is available (" + "; ".join(reasons) + ")",
-        hint="install bubblewrap or start Docker; `--sandbox process` runs without isolation",
+        hint="install bubblewrap or start Docker; `--backend process` runs without isolation",
     )
 
 

@@ -28,7 +28,7 @@ def doctor_cmd(as_json: bool) -> None:
     if default:
         click.echo(f"default backend: {default}")
     else:
-        click.echo("no isolating backend works here; trials need `--sandbox process` (unsafe)")
+        click.echo("no isolating backend works here; trials need `--backend process` (unsafe)")
 
 
 @click.group("sandbox")

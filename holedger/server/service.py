@@ -466,6 +466,8 @@ class RunService:
             reason = rules.request_problem(
                 terms, split, ids, attempts, nominated=False, known_cases=None
             ) or rules.budget_decision(terms.budget, st.used, split, cost)
+            if reason is None and setup_error is not None:
+                raise setup_error  # nothing recorded: the request could not get its trials
             payload = EvaluationRequested(
                 request_id=request_id,
                 candidate=commit,
@@ -479,7 +481,7 @@ class RunService:
             )
             return [("EvaluationRequested", payload, "server")], payload
 
-        runner = self._trial_runner(run_id, task)
+        runner, setup_error = self._try_trial_runner(run_id, task)
         request = self._decide(run_id, decide)
         if request.decision == "rejected":
             reason = request.reason or "rejected"
@@ -528,13 +530,24 @@ class RunService:
             gateway=self.gateway() if task.terms.models else None,
         )
 
+    def _try_trial_runner(
+        self, run_id: str, task: ServerTask
+    ) -> tuple[TrialRunner | None, HoledgerError | None]:
+        """The trial runner, or why it cannot be made. A decision that would run trials
+        raises the error before recording anything; a refusal is recorded as usual."""
+        try:
+            return self._trial_runner(run_id, task), None
+        except HoledgerError as exc:
+            return None, exc
+
     def _run_trials(
         self,
-        runner: TrialRunner,
+        runner: TrialRunner | None,
         run_id: str,
         request: EvaluationRequested,
         cases: dict[str, CaseData],
     ) -> list[TrialOutcome]:
+        assert runner is not None  # a decision to run trials needs one (_try_trial_runner)
         backend = runner.backend
         plans = [
             TrialPlan(
@@ -579,11 +592,13 @@ class RunService:
             commit = st.resolve_candidate(candidate)
             if commit is None:
                 raise NotFoundError(f"no committed candidate {candidate!r} in run {run_id}")
+            if st.scored is None and setup_error is not None:
+                raise setup_error  # nothing recorded: held-out scoring could not run
             if st.nominated is not None:
                 return [], commit  # resuming the nomination cut short
             return [("CandidateNominated", CandidateNominated(candidate=commit), "server")], commit
 
-        runner = self._trial_runner(run_id, task)
+        runner, setup_error = self._try_trial_runner(run_id, task)
         commit = self._decide(run_id, decide)
         scored_already = self.states.current(run_id).scored
         if scored_already is not None:

@@ -242,6 +242,7 @@ def test_attestation_round_trip_and_independent_dsse_check(
         "text": "hello\n",
         "other JSON": '{"value": 238.9}',
         "no signatures": json.dumps({"payloadType": "x", "payload": ""}),
+        "deep": "[" * 100_000 + "]" * 100_000,
     }.items():
         att.write_text(text)
         code, out = run(sample, "verify-attestation", str(att), "--trusted-key", vkey)

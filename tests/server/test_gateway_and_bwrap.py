@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from holedger.config import Settings
-from holedger.errors import ConfigError
+from holedger.errors import ConfigError, PolicyError
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import TrialCompleted
@@ -202,7 +202,7 @@ def test_an_unreachable_upstream_is_named_in_the_evaluation(
         # The harness tries five times, then fails for want of a reply.
         assert ev.warnings == [
             "1 of 1 trials gave no answer: exit status 1 (1)",
-            "5 of 5 model calls failed: upstream unreachable: ConnectError (5)",
+            "5 of 5 model calls failed: upstream unreachable: ConnectError, status 502 (5)",
             "the gateway could not reach its upstream model: is it running, and is "
             "upstream_base_url in the home's gateway.toml right?",
         ]
@@ -240,6 +240,11 @@ def test_a_gateway_that_cannot_start_records_nothing(
                 service.nominate(run_id, "seed")
             assert len(list(ledger.records(run_id))) == count  # nothing recorded
             assert service.state(run_id).used == rules.no_use()
+            # A refusal needs no trials: it is recorded as ever.
+            with pytest.raises(PolicyError, match="test split is closed"):
+                service.evaluate(run_id, "seed", "test", ["test-1"], 1)
+            count += 1
+            assert len(list(ledger.records(run_id))) == count
         toml.unlink()  # back to the simulator
         ev = service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
         assert ev.projection["cases"]["dev-1"]["mean"] == "1"

@@ -71,7 +71,13 @@ def test_failed_model_calls_are_counted_by_code_and_an_unreachable_upstream_is_n
     assert outcome_warnings(outcomes) == [
         "3 of 5 model calls failed: budget_exceeded (2); status 429 (1)"
     ]
-    down = [_outcome(exit_status=1, calls=2, failed={"upstream unreachable: ConnectError": 2})]
+    down = [
+        _outcome(
+            exit_status=1, calls=2, failed={"upstream unreachable: ConnectError, status 502": 2}
+        )
+    ]
     lines = outcome_warnings(down)
-    assert lines[1] == "2 of 2 model calls failed: upstream unreachable: ConnectError (2)"
+    assert (
+        lines[1] == "2 of 2 model calls failed: upstream unreachable: ConnectError, status 502 (2)"
+    )
     assert "could not reach its upstream" in lines[2]
