@@ -575,8 +575,17 @@ class RunService:
         A nomination cut short (the server stopped during held-out scoring, or before it
         closed the run) is finished by nominating the same candidate again: the recorded
         nomination and held-out request are reused, the trials run (they and RunScored
-        are one append, so none of them was recorded), and the run is closed.
+        are one append, so none of them was recorded), and the run is closed. Nominations
+        of one run take turns, across threads and processes: one that comes while another
+        scores (a client retrying a slow call) waits, then finds the run closed, so the
+        held-out trials never run twice.
         """
+        self.ledger.run_terms(run_id)  # an unknown run is refused before any lock file
+        self.settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        with _file_lock(self.settings.runs_dir / f"{run_id}.nominate.lock"):
+            return self._nominate(run_id, candidate)
+
+    def _nominate(self, run_id: str, candidate: str) -> ScoredRun:
         opened = self.ledger.run_terms(run_id)
         task = self.run_task(run_id)
         terms = task.terms

@@ -303,3 +303,37 @@ def test_a_run_opened_without_a_backend_keeps_the_one_chosen_then(
     finally:
         service.close()
         service.ledger.close()
+
+
+def test_nominations_that_race_score_the_run_once(
+    fresh_service: RunService, tiny: ServerTask
+) -> None:
+    """A client retrying a slow nomination: the second call waits for the first, then is
+    refused; the held-out trials run once and the run verifies."""
+    import threading
+
+    service = fresh_service
+    run_id = service.open_run("tiny").run_id
+    results: list[object] = []
+    start = threading.Barrier(3)
+
+    def nominate() -> None:
+        start.wait()
+        try:
+            results.append(service.nominate(run_id, "seed"))
+        except PolicyError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=nominate) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    scored = [r for r in results if not isinstance(r, PolicyError)]
+    refused = [r for r in results if isinstance(r, PolicyError)]
+    assert len(scored) == 1 and len(refused) == 2, results
+    assert all("already has a nomination" in e.message for e in refused)
+    types = [r.type for r in service.ledger.records(run_id)]
+    assert types.count("RunScored") == 1 and types.count("RunClosed") == 1
+    assert types.count("TrialCompleted") == len(CASES["test"]) * tiny.terms.k
+    assert_replay_verifies(service.ledger, run_id)
