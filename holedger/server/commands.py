@@ -277,9 +277,25 @@ def serve_cmd(
         signal.signal(sig, lambda *_: stop.set())
     try:
         stop.wait()
+        # Evaluations in flight are recorded before the gateway and the ledger close; a
+        # second signal abandons them (their accepted requests then lack trials).
+        abandon = _raise_interrupt
+        signal.signal(signal.SIGINT, abandon)
+        signal.signal(signal.SIGTERM, abandon)
+        if running.service.in_flight:
+            click.echo(
+                f"stopping: waiting for {counted(running.service.in_flight, 'evaluation')} "
+                "in flight to be recorded (signal again to abandon them)",
+                err=True,
+            )
+        running.service.drain()
     finally:
         running.stop()
         ledger.close()
+
+
+def _raise_interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 def register(cli: click.Group) -> None:

@@ -21,10 +21,11 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -79,7 +80,21 @@ from holedger.server.trials import (
     outcome_warnings,
 )
 
+log = logging.getLogger(__name__)
+
 BASELINE_OPTIMIZER = "seed-baseline"
+
+
+class EvaluationInterrupted(KeyboardInterrupt):
+    """An interrupt while a request's trials ran, with every trial's outcome: those that
+    ran, and the rest as not run. An evaluation records them and its projection, then
+    interrupts; held-out scoring records nothing (nominating again finishes it)."""
+
+    def __init__(self, outcomes: list[TrialOutcome]) -> None:
+        super().__init__("interrupted")
+        self.outcomes = outcomes
+
+
 DEFAULT_WORKERS = 2
 MAX_DECIDE_ATTEMPTS = 200
 T = TypeVar("T")
@@ -214,6 +229,40 @@ class RunService:
         self._tasks: dict[str, ServerTask] = {}
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
+        # Evaluations and nominations in flight, and whether new ones are refused.
+        self._work_cond = threading.Condition()
+        self._in_flight = 0
+        self._stopping = False
+
+    @property
+    def in_flight(self) -> int:
+        """Evaluations and nominations now running."""
+        return self._in_flight
+
+    @contextlib.contextmanager
+    def _work(self) -> Iterator[None]:
+        with self._work_cond:
+            if self._stopping:
+                raise PolicyError(
+                    "the server is stopping: it takes no new evaluation or nomination",
+                    hint="start it again, then retry",
+                )
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._work_cond:
+                self._in_flight -= 1
+                self._work_cond.notify_all()
+
+    def drain(self, timeout: float | None = None) -> int:
+        """Refuse new evaluations and nominations and wait (up to ``timeout``) for those
+        in flight to be recorded; returns how many still run (0: all were recorded). A
+        server stopped without draining leaves an accepted request without its trials."""
+        with self._work_cond:
+            self._stopping = True
+            self._work_cond.wait_for(lambda: self._in_flight == 0, timeout)
+            return self._in_flight
 
     def close(self) -> None:
         if self._owned_gateway is not None:
@@ -423,6 +472,17 @@ class RunService:
         A request refused by the rules or the budget is recorded (decision "rejected" with
         the reason) and raised as PolicyError / BudgetExceededError.
         """
+        with self._work():
+            return self._evaluate(run_id, candidate, split, case_ids, attempts)
+
+    def _evaluate(
+        self,
+        run_id: str,
+        candidate: str,
+        split: str,
+        case_ids: Sequence[str] | None,
+        attempts: int,
+    ) -> Evaluation:
         if split not in ("dev", "val", "test"):
             raise UsageError(f"unknown split {split!r}", hint="use dev or val")
         if attempts < 1:
@@ -487,7 +547,11 @@ class RunService:
             reason = request.reason or "rejected"
             error = BudgetExceededError if "budget exceeded" in reason else PolicyError
             raise error(f"request {request_id} rejected: {reason}", hint=_hint_for(reason))
-        outcomes = self._run_trials(runner, run_id, request, split_cases)
+        interrupted: EvaluationInterrupted | None = None
+        try:
+            outcomes = self._run_trials(runner, run_id, request, split_cases)
+        except EvaluationInterrupted as exc:  # record the request whole, then stop
+            interrupted, outcomes = exc, exc.outcomes
         views = [rules.trial_view(o.completed, o.answer) for o in outcomes]
         policy, body = rules.project(split, terms.disclosure, views)
         digest = rules.projection_digest(body)
@@ -501,6 +565,8 @@ class RunService:
         self._append(
             run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
         )
+        if interrupted is not None:
+            raise interrupted
         after = rules.add_use(request.budget_before, split, cost)
         return Evaluation(
             request_id=request_id,
@@ -565,7 +631,27 @@ class RunService:
             )
         ]
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial") as pool:
-            return list(pool.map(lambda p: _run_one(runner, backend, p), plans))
+            futures = [pool.submit(_run_one, runner, backend, plan) for plan in plans]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:  # interrupted (Ctrl-C): record what ran and what did not
+                not_started = sum(future.cancel() for future in futures)
+                running = sum(not future.done() for future in futures)
+                log.warning(
+                    "interrupted: %d trials will not run; waiting for %d running to end, "
+                    "then recording the request's trials (interrupt again to abandon them, "
+                    "leaving the accepted request without trials)",
+                    not_started,
+                    running,
+                )
+                wait(futures)
+                outcomes = [
+                    _failed_trial(runner, backend, plan, "not run: the evaluation was interrupted")
+                    if future.cancelled() or future.exception() is not None
+                    else future.result()
+                    for future, plan in zip(futures, plans, strict=True)
+                ]
+                raise EvaluationInterrupted(outcomes) from None
 
     # ------------------------------------------------------------------ nominate
 
@@ -582,7 +668,7 @@ class RunService:
         """
         self.ledger.run_terms(run_id)  # an unknown run is refused before any lock file
         self.settings.runs_dir.mkdir(parents=True, exist_ok=True)
-        with _file_lock(self.settings.runs_dir / f"{run_id}.nominate.lock"):
+        with self._work(), _file_lock(self.settings.runs_dir / f"{run_id}.nominate.lock"):
             return self._nominate(run_id, candidate)
 
     def _nominate(self, run_id: str, candidate: str) -> ScoredRun:
@@ -808,6 +894,13 @@ def _run_one(runner: TrialRunner, backend: Backend, plan: TrialPlan) -> TrialOut
         detail = exc.one_line()
     except Exception as exc:  # the trial must be recorded whatever broke
         detail = f"{type(exc).__name__}: {exc}"
+    return _failed_trial(runner, backend, plan, detail)
+
+
+def _failed_trial(
+    runner: TrialRunner, backend: Backend, plan: TrialPlan, detail: str
+) -> TrialOutcome:
+    """A trial that did not run to its end: score 0, a sandbox_error violation saying why."""
     completed = TrialCompleted(
         request_id=plan.request_id,
         trial_id=plan.trial_id,

@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 
 from holedger.cli import cli
 from holedger.config import Settings
+from holedger.ledger.store import Ledger
 
 from .tinytask import PERFECT_MAIN, write_seed, write_task_folder
 
@@ -172,3 +175,68 @@ def test_eval_says_why_trials_scored_nothing(fresh_home: Settings, tmp_path: Pat
     val = runner.invoke(cli, [*home, "eval", run_id, candidate, "--split", "val"])
     assert val.exit_code == 0, val.output
     assert "mean 0.625 over 8 cases" in val.stdout and not val.stderr
+
+
+SLOW_MAIN = """import json, sys, time
+q = json.loads(sys.stdin.read())["q"]
+time.sleep(1.5)
+print(json.dumps({"answer": q.upper()}))
+"""
+
+
+def test_serve_stopped_mid_evaluation_records_it_whole(
+    fresh_home: Settings, tmp_path: Path
+) -> None:
+    """SIGTERM while an evaluation runs: serve waits for it to be recorded, then exits."""
+    task_dir = write_task_folder(tmp_path / "task")
+    runner = CliRunner()
+    home = ["--home", str(fresh_home.home)]
+    opened = runner.invoke(
+        cli, [*home, "run", "open", "--task", str(task_dir), "--backend", "process", "--json"]
+    )
+    assert opened.exit_code == 0, opened.output
+    run = json.loads(opened.output)
+    folder = write_seed(tmp_path / "cand")
+    (folder / "harness" / "__main__.py").write_text(SLOW_MAIN)
+    made = runner.invoke(cli, [*home, "candidate", "commit", run["run_id"], str(folder), "--json"])
+    candidate = json.loads(made.output)["candidate"]
+    serve = ["serve", "--port", "0", "--gateway-port", "0", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "holedger.cli", *home, *serve],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        api = next(u for u in json.loads(proc.stdout.readline())["api"] if u.startswith("http"))
+        answer: list[httpx.Response] = []
+        body = {"candidate": candidate, "split": "dev", "case_ids": ["dev-1"]}
+        call = threading.Thread(
+            target=lambda: answer.append(
+                httpx.post(
+                    f"{api}/v1/runs/{run['run_id']}/evaluations",
+                    json=body,
+                    headers={"authorization": f"Bearer {run['optimizer_token']}"},
+                    timeout=60,
+                )
+            )
+        )
+        call.start()
+        time.sleep(0.7)  # the trial is running (it takes 1.5 s)
+        proc.send_signal(signal.SIGTERM)
+        call.join(timeout=60)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr is not None
+        assert "waiting for 1 evaluation in flight" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert answer and answer[0].status_code == 200, answer
+    replayed = runner.invoke(cli, [*home, "replay", run["run_id"], "--json"])
+    failures = json.loads(replayed.output)["failures"]
+    assert not any("no projection" in f["reason"] for f in failures), failures
+    types = [r.type for r in Ledger.from_settings(fresh_home).records(run["run_id"])]
+    assert types[-1] == "DisclosureProjected"

@@ -337,3 +337,95 @@ def test_nominations_that_race_score_the_run_once(
     assert types.count("RunScored") == 1 and types.count("RunClosed") == 1
     assert types.count("TrialCompleted") == len(CASES["test"]) * tiny.terms.k
     assert_replay_verifies(service.ledger, run_id)
+
+
+def test_draining_waits_for_evaluations_in_flight_and_refuses_new_ones(
+    fresh_service: RunService, tiny: ServerTask
+) -> None:
+    """What `holedger serve` does on its first signal: the evaluation in flight is
+    recorded whole before the gateway and the ledger close; a new one is refused."""
+    import threading
+    import time
+
+    from holedger.server.candidates import FileEntry, read_directory
+
+    service = fresh_service
+    run_id = service.open_run("tiny", baseline=False).run_id
+    files = read_directory(tiny.seed_dir)
+    files["harness/__main__.py"] = FileEntry(
+        b"import json, sys, time\ntime.sleep(1)\nprint(json.dumps({'answer': 'X'}))\n"
+    )
+    slow = service.commit_candidate(run_id, files).candidate
+    done: list[object] = []
+    worker = threading.Thread(
+        target=lambda: done.append(service.evaluate(run_id, slow, "dev", ["dev-1"], 1))
+    )
+    worker.start()
+    deadline = time.monotonic() + 30
+    while service.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert service.in_flight == 1
+    assert service.drain(timeout=60) == 0
+    worker.join(timeout=5)
+    assert len(done) == 1  # it finished, and was recorded whole
+    types = [r.type for r in service.ledger.records(run_id)]
+    assert types[-1] == "DisclosureProjected" and "TrialCompleted" in types
+    with pytest.raises(PolicyError, match="stopping"):
+        service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
+    assert [r.type for r in service.ledger.records(run_id)] == types  # nothing recorded
+
+
+def test_an_interrupted_evaluation_is_recorded_whole_with_the_trials_not_run(
+    fresh_service: RunService, tiny: ServerTask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during `holedger eval`: the trials running end and are recorded, those not
+    started are recorded as not run (score 0, sandbox_error), then the projection; the
+    run stays consistent instead of keeping an accepted request without trials."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from holedger.server.candidates import FileEntry, read_directory
+
+    service = fresh_service
+    run_id = service.open_run("tiny", baseline=False).run_id
+    files = read_directory(tiny.seed_dir)
+    files["harness/__main__.py"] = FileEntry(
+        b"import json, sys, time\ntime.sleep(1.5)\nprint(json.dumps({'answer': 'X'}))\n"
+    )
+    slow = service.commit_candidate(run_id, files).candidate
+    cases = CASES["dev"][:4]  # two workers: two run, two wait
+    from holedger.server import service as service_module
+
+    started = threading.Event()
+    run_one = service_module._run_one
+
+    def spy(*args: Any) -> Any:
+        started.set()
+        return run_one(*args)
+
+    monkeypatch.setattr(service_module, "_run_one", spy)
+
+    def interrupt() -> None:  # as Ctrl-C does, once the first trials run
+        started.wait(30)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt).start()
+    with pytest.raises(KeyboardInterrupt):
+        service.evaluate(run_id, slow, "dev", cases, 1)
+    records = list(service.ledger.records(run_id))
+    assert records[-1].type == "DisclosureProjected"
+    trials = [r.payload for r in records if r.type == "TrialCompleted"]
+    assert sorted(t["case_id"] for t in trials) == sorted(cases)
+    not_run = [
+        r.payload
+        for r in records
+        if r.type == "SafetyViolation" and "interrupted" in r.payload["detail"]
+    ]
+    assert len(not_run) == 2, [(t["case_id"], t["exit_status"], t["wall_ms"]) for t in trials]
+    ran = [t for t in trials if t["exit_status"] == 0]
+    assert len(ran) == 2  # the two running when the interrupt came ended normally
+    service.ledger.close_run(run_id, reason="aborted")
+    assert_replay_verifies(service.ledger, run_id)
