@@ -81,3 +81,9 @@ class BundleError(HoledgerError):
     """A run bundle is malformed, of an unknown version, or unsafe to read."""
 
     exit_code = 2
+
+
+class ServerStopping(HoledgerError):
+    """The server is stopping: it takes no new evaluation or nomination (retry later)."""
+
+    exit_code = 3

@@ -39,6 +39,7 @@ from holedger.errors import (
     HoledgerError,
     NotFoundError,
     PolicyError,
+    ServerStopping,
     UsageError,
 )
 from holedger.gateway.tokens import TokenRegistry
@@ -68,6 +69,8 @@ def error_response(status: int, kind: str, message: str, hint: str | None = None
 
 
 def _status_of(exc: HoledgerError) -> tuple[int, str]:
+    if isinstance(exc, ServerStopping):
+        return 503, "unavailable"
     if isinstance(exc, BudgetExceededError):
         return 402, "budget_exceeded"
     if isinstance(exc, PolicyError):
@@ -107,7 +110,10 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
                 return error_response(exc.status, exc.kind, exc.message, exc.hint)
             except HoledgerError as exc:
                 status, kind = _status_of(exc)
-                return error_response(status, kind, exc.message, exc.hint)
+                response = error_response(status, kind, exc.message, exc.hint)
+                if status == 503:
+                    response.headers["retry-after"] = "30"
+                return response
             except Exception:  # never a traceback to the optimizer; the server log has it
                 log.exception("API request failed: %s %s", request.method, request.url.path)
                 return error_response(500, "server_error", "internal error")

@@ -283,9 +283,12 @@ def serve_cmd(
         signal.signal(signal.SIGINT, abandon)
         signal.signal(signal.SIGTERM, abandon)
         if running.service.in_flight:
+            busy = counted(
+                running.service.in_flight, "evaluation or nomination", "evaluations or nominations"
+            )
             click.echo(
-                f"stopping: waiting for {counted(running.service.in_flight, 'evaluation')} "
-                "in flight to be recorded (signal again to abandon them)",
+                f"stopping: waiting for {busy} in flight to be recorded (a second signal "
+                "stops at once, leaving them without trials)",
                 err=True,
             )
         running.service.drain()

@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -40,6 +41,7 @@ from holedger.errors import (
     LedgerConflictError,
     NotFoundError,
     PolicyError,
+    ServerStopping,
     UsageError,
 )
 from holedger.ledger.store import Ledger
@@ -243,9 +245,9 @@ class RunService:
     def _work(self) -> Iterator[None]:
         with self._work_cond:
             if self._stopping:
-                raise PolicyError(
+                raise ServerStopping(
                     "the server is stopping: it takes no new evaluation or nomination",
-                    hint="start it again, then retry",
+                    hint="retry once it runs again",
                 )
             self._in_flight += 1
         try:
@@ -612,14 +614,20 @@ class RunService:
         run_id: str,
         request: EvaluationRequested,
         cases: dict[str, CaseData],
+        *,
+        resumed: bool = False,
     ) -> list[TrialOutcome]:
         assert runner is not None  # a decision to run trials needs one (_try_trial_runner)
         backend = runner.backend
+        # A resumed held-out scoring runs under new trial ids: the model calls of the
+        # attempt cut short are recorded under the old ones, and must not count as the
+        # new trials' calls.
+        prefix = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if resumed else request.request_id
         plans = [
             TrialPlan(
                 run_id=run_id,
                 request_id=request.request_id,
-                trial_id=f"{request.request_id}-{index:04d}",
+                trial_id=f"{prefix}-{index:04d}",
                 candidate=request.candidate,
                 split=request.split,
                 case_id=case_id,
@@ -631,25 +639,29 @@ class RunService:
             )
         ]
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial") as pool:
-            futures = [pool.submit(_run_one, runner, backend, plan) for plan in plans]
+            futures: list[Future[TrialOutcome]] = []
             try:
+                for plan in plans:
+                    futures.append(pool.submit(_run_one, runner, backend, plan))
                 return [future.result() for future in futures]
             except BaseException:  # interrupted (Ctrl-C): record what ran and what did not
                 not_started = sum(future.cancel() for future in futures)
+                not_started += len(plans) - len(futures)
                 running = sum(not future.done() for future in futures)
                 log.warning(
-                    "interrupted: %d trials will not run; waiting for %d running to end, "
-                    "then recording the request's trials (interrupt again to abandon them, "
-                    "leaving the accepted request without trials)",
+                    "interrupted: %d trials will not run; waiting for the %d running to end "
+                    "(each within the task's case timeout), then recording the request",
                     not_started,
                     running,
                 )
-                wait(futures)
+                _wait_through_interrupts(futures)
                 outcomes = [
-                    _failed_trial(runner, backend, plan, "not run: the evaluation was interrupted")
-                    if future.cancelled() or future.exception() is not None
-                    else future.result()
-                    for future, plan in zip(futures, plans, strict=True)
+                    future.result()
+                    if future is not None and not future.cancelled() and future.exception() is None
+                    else _failed_trial(
+                        runner, backend, plan, "not run: the evaluation was interrupted"
+                    )
+                    for future, plan in itertools.zip_longest(futures, plans)
                 ]
                 raise EvaluationInterrupted(outcomes) from None
 
@@ -666,8 +678,7 @@ class RunService:
         scores (a client retrying a slow call) waits, then finds the run closed, so the
         held-out trials never run twice.
         """
-        self.ledger.run_terms(run_id)  # an unknown run is refused before any lock file
-        self.settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.run_task(run_id)  # a run this home does not hold is refused before any lock
         with self._work(), _file_lock(self.settings.runs_dir / f"{run_id}.nominate.lock"):
             return self._nominate(run_id, candidate)
 
@@ -703,8 +714,12 @@ class RunService:
         request_id = f"heldout-{uuid.uuid4().hex[:12]}"
         cost = rules.request_cost(terms.split_sizes["test"], len(ids), terms.k)
 
+        resumed = False
+
         def held_out(st: RunState) -> tuple[list[Item], EvaluationRequested]:
+            nonlocal resumed
             if st.heldout is not None:
+                resumed = True
                 return [], st.heldout  # resuming: its trials were never recorded
             reason = rules.request_problem(
                 terms, "test", ids, terms.k, nominated=True, known_cases=set(test_cases)
@@ -724,7 +739,7 @@ class RunService:
             return [("EvaluationRequested", payload, "server")], payload
 
         request = self._decide(run_id, held_out)
-        outcomes = self._run_trials(runner, run_id, request, test_cases)
+        outcomes = self._run_trials(runner, run_id, request, test_cases, resumed=resumed)
         per_case: dict[str, list[Fraction]] = {c: [] for c in ids}
         for outcome in sorted(outcomes, key=lambda o: (o.completed.case_id, o.completed.attempt)):
             per_case[outcome.completed.case_id].append(outcome.completed.score)
@@ -895,6 +910,17 @@ def _run_one(runner: TrialRunner, backend: Backend, plan: TrialPlan) -> TrialOut
     except Exception as exc:  # the trial must be recorded whatever broke
         detail = f"{type(exc).__name__}: {exc}"
     return _failed_trial(runner, backend, plan, detail)
+
+
+def _wait_through_interrupts(futures: Sequence[Future[TrialOutcome]]) -> None:
+    """Wait for the futures, a further interrupt notwithstanding: a running trial ends
+    within its case timeout, and leaving before then would leave its request unrecorded."""
+    while True:
+        try:
+            wait(futures)
+            return
+        except KeyboardInterrupt:
+            log.warning("still waiting for the running trials to end")
 
 
 def _failed_trial(

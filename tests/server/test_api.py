@@ -260,3 +260,26 @@ def test_malformed_requests_are_refused_without_a_record(
         )
         assert text.status_code == 415
     assert sum(1 for _ in service.ledger.records(run)) == before
+
+
+def test_a_stopping_server_answers_503_and_records_nothing(
+    fresh_service: RunService, tmp_path: Path
+) -> None:
+    opened = fresh_service.open_run("tiny", baseline=False)
+    server = AppServer(create_api_app(fresh_service), host="127.0.0.1", port=0)
+    server.start()
+    try:
+        fresh_service.drain()
+        events = len(list(fresh_service.ledger.records(opened.run_id)))
+        with _client(server, opened.optimizer_token) as http:
+            ev = http.post(
+                f"/v1/runs/{opened.run_id}/evaluations",
+                json={"candidate": "seed", "split": "dev", "case_ids": ["dev-1"]},
+            )
+            assert ev.status_code == 503, ev.text
+            assert ev.headers["retry-after"] == "30"
+            assert ev.json()["error"]["type"] == "unavailable"
+            assert http.get(f"/v1/runs/{opened.run_id}").status_code == 200  # reads go on
+        assert len(list(fresh_service.ledger.records(opened.run_id))) == events
+    finally:
+        server.stop()

@@ -201,6 +201,7 @@ def test_serve_stopped_mid_evaluation_records_it_whole(
     made = runner.invoke(cli, [*home, "candidate", "commit", run["run_id"], str(folder), "--json"])
     candidate = json.loads(made.output)["candidate"]
     serve = ["serve", "--port", "0", "--gateway-port", "0", "--json"]
+    ledger = Ledger.from_settings(fresh_home)
     proc = subprocess.Popen(
         [sys.executable, "-m", "holedger.cli", *home, *serve],
         cwd=REPO,
@@ -225,12 +226,16 @@ def test_serve_stopped_mid_evaluation_records_it_whole(
             )
         )
         call.start()
-        time.sleep(0.7)  # the trial is running (it takes 1.5 s)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(  # the request is in, its trial runs
+            r.type == "EvaluationRequested" for r in ledger.records(run["run_id"])
+        ):
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         call.join(timeout=60)
         assert proc.wait(timeout=60) == 0
         assert proc.stderr is not None
-        assert "waiting for 1 evaluation in flight" in proc.stderr.read()
+        assert "waiting for 1 evaluation or nomination in flight" in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -238,5 +243,6 @@ def test_serve_stopped_mid_evaluation_records_it_whole(
     replayed = runner.invoke(cli, [*home, "replay", run["run_id"], "--json"])
     failures = json.loads(replayed.output)["failures"]
     assert not any("no projection" in f["reason"] for f in failures), failures
-    types = [r.type for r in Ledger.from_settings(fresh_home).records(run["run_id"])]
+    types = [r.type for r in ledger.records(run["run_id"])]
     assert types[-1] == "DisclosureProjected"
+    ledger.close()

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,3 +254,31 @@ def test_a_gateway_that_cannot_start_records_nothing(
     finally:
         service.close()
         ledger.close()
+
+
+def test_a_resumed_nomination_counts_only_its_own_model_calls(
+    fresh_home: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server dies after the held-out trials ran (their model calls are recorded) and
+    before they are: nominating again runs them under new trial ids, and the run verifies
+    (each trial's tokens are the sum of its own calls)."""
+    with _model_service(fresh_home, tmp_path) as (service, ledger):
+        run_id = service.open_run("model").run_id
+        append = service._append
+
+        def dies_before_scoring(run: str, items: Any) -> None:
+            if any(item[0] == "RunScored" for item in items):
+                raise RuntimeError("the server died")
+            append(run, items)
+
+        monkeypatch.setattr(service, "_append", dies_before_scoring)
+        with pytest.raises(RuntimeError, match="died"):
+            service.nominate(run_id, "seed")
+        monkeypatch.setattr(service, "_append", append)
+        first = {r.payload["trial_id"] for r in ledger.records(run_id) if r.type == "GatewayCall"}
+        assert first  # the cut-short attempt's calls are in the log
+        service.nominate(run_id, "seed")
+        trials = [r.payload for r in ledger.records(run_id) if r.type == "TrialCompleted"]
+        assert trials and not {t["trial_id"] for t in trials} & first
+        assert all(t["gateway_calls"] >= 1 for t in trials)
+        assert_replay_verifies(ledger, run_id)

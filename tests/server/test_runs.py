@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from holedger.config import Settings
-from holedger.errors import BudgetExceededError, NotFoundError, PolicyError
+from holedger.errors import BudgetExceededError, NotFoundError, PolicyError, ServerStopping
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import EvaluationRequested, RunScored
 from holedger.server.service import BASELINE_OPTIMIZER, RunService
@@ -370,8 +370,10 @@ def test_draining_waits_for_evaluations_in_flight_and_refuses_new_ones(
     assert len(done) == 1  # it finished, and was recorded whole
     types = [r.type for r in service.ledger.records(run_id)]
     assert types[-1] == "DisclosureProjected" and "TrialCompleted" in types
-    with pytest.raises(PolicyError, match="stopping"):
+    with pytest.raises(ServerStopping, match="stopping"):
         service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
+    with pytest.raises(ServerStopping):
+        service.nominate(run_id, "seed")
     assert [r.type for r in service.ledger.records(run_id)] == types  # nothing recorded
 
 
@@ -408,13 +410,17 @@ def test_an_interrupted_evaluation_is_recorded_whole_with_the_trials_not_run(
     monkeypatch.setattr(service_module, "_run_one", spy)
 
     def interrupt() -> None:  # as Ctrl-C does, once the first trials run
-        started.wait(30)
-        time.sleep(0.3)
-        os.kill(os.getpid(), signal.SIGINT)
+        if started.wait(30):
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt).start()
-    with pytest.raises(KeyboardInterrupt):
-        service.evaluate(run_id, slow, "dev", cases, 1)
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            service.evaluate(run_id, slow, "dev", cases, 1)
+    finally:
+        interrupter.join()
     records = list(service.ledger.records(run_id))
     assert records[-1].type == "DisclosureProjected"
     trials = [r.payload for r in records if r.type == "TrialCompleted"]
