@@ -83,7 +83,7 @@ class BundleError(HoledgerError):
     exit_code = 2
 
 
-class ServerStopping(HoledgerError):
-    """The server is stopping: it takes no new evaluation or nomination (retry later)."""
+class Unavailable(HoledgerError):
+    """Not now, nothing recorded: the server is stopping, or the run is busy (retry)."""
 
     exit_code = 3

@@ -26,6 +26,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -39,7 +40,7 @@ from holedger.errors import (
     HoledgerError,
     NotFoundError,
     PolicyError,
-    ServerStopping,
+    Unavailable,
     UsageError,
 )
 from holedger.gateway.tokens import TokenRegistry
@@ -69,7 +70,7 @@ def error_response(status: int, kind: str, message: str, hint: str | None = None
 
 
 def _status_of(exc: HoledgerError) -> tuple[int, str]:
-    if isinstance(exc, ServerStopping):
+    if isinstance(exc, Unavailable):
         return 503, "unavailable"
     if isinstance(exc, BudgetExceededError):
         return 402, "budget_exceeded"
@@ -185,7 +186,9 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         body = await _json_body(request, MAX_JSON_BYTES)
         if not isinstance(body, dict) or not isinstance(body.get("candidate"), str):
             raise ApiError(400, "invalid_request", 'expected {"candidate": ID}')
-        scored = await run_in_threadpool(service.nominate, run_id, body["candidate"])
+        scored = await run_in_threadpool(
+            partial(service.nominate, wait=False), run_id, body["candidate"]
+        )
         return JSONResponse({"run_id": run_id, "nominated": scored.candidate, "state": "closed"})
 
     async def health(request: Request) -> Response:

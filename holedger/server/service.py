@@ -41,7 +41,7 @@ from holedger.errors import (
     LedgerConflictError,
     NotFoundError,
     PolicyError,
-    ServerStopping,
+    Unavailable,
     UsageError,
 )
 from holedger.ledger.store import Ledger
@@ -245,7 +245,7 @@ class RunService:
     def _work(self) -> Iterator[None]:
         with self._work_cond:
             if self._stopping:
-                raise ServerStopping(
+                raise Unavailable(
                     "the server is stopping: it takes no new evaluation or nomination",
                     hint="retry once it runs again",
                 )
@@ -667,7 +667,7 @@ class RunService:
 
     # ------------------------------------------------------------------ nominate
 
-    def nominate(self, run_id: str, candidate: str) -> ScoredRun:
+    def nominate(self, run_id: str, candidate: str, *, wait: bool = True) -> ScoredRun:
         """Nominate once, score the candidate on every test case K times, close the run.
 
         A nomination cut short (the server stopped during held-out scoring, or before it
@@ -676,10 +676,12 @@ class RunService:
         are one append, so none of them was recorded), and the run is closed. Nominations
         of one run take turns, across threads and processes: one that comes while another
         scores (a client retrying a slow call) waits, then finds the run closed, so the
-        held-out trials never run twice.
+        held-out trials never run twice. With ``wait`` False (the HTTP API, whose threads
+        are shared by every run) such a call is refused at once as Unavailable instead.
         """
         self.run_task(run_id)  # a run this home does not hold is refused before any lock
-        with self._work(), _file_lock(self.settings.runs_dir / f"{run_id}.nominate.lock"):
+        lock = self.settings.runs_dir / f"{run_id}.nominate.lock"
+        with self._work(), _file_lock(lock, wait=wait):
             return self._nominate(run_id, candidate)
 
     def _nominate(self, run_id: str, candidate: str) -> ScoredRun:
@@ -969,9 +971,16 @@ def _per_case_digest(per_case: dict[str, list[Fraction]]) -> str:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def _file_lock(path: Path, *, wait: bool = True) -> Iterator[None]:
+    """An exclusive lock on ``path``; without ``wait``, Unavailable when it is held."""
     with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise Unavailable(
+                "this run's nomination is already under way",
+                hint="wait for it: GET the run until its state is closed",
+            ) from None
         try:
             yield
         finally:

@@ -283,3 +283,26 @@ def test_a_stopping_server_answers_503_and_records_nothing(
         assert len(list(fresh_service.ledger.records(opened.run_id))) == events
     finally:
         server.stop()
+
+
+def test_a_nomination_under_way_answers_503_at_once(
+    fresh_service: RunService, fresh_home: Settings
+) -> None:
+    """API threads are shared by every run: a retried nomination must not wait in one."""
+    import fcntl
+
+    opened = fresh_service.open_run("tiny", baseline=False)
+    server = AppServer(create_api_app(fresh_service), host="127.0.0.1", port=0)
+    server.start()
+    lock = fresh_home.runs_dir / f"{opened.run_id}.nominate.lock"
+    try:
+        with open(lock, "a+") as held, _client(server, opened.optimizer_token) as http:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as a nomination under way holds it
+            busy = http.post(f"/v1/runs/{opened.run_id}/nomination", json={"candidate": "seed"})
+            assert busy.status_code == 503, busy.text
+            assert "already under way" in busy.json()["error"]["message"]
+        assert "CandidateNominated" not in {
+            r.type for r in fresh_service.ledger.records(opened.run_id)
+        }
+    finally:
+        server.stop()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from holedger.config import Settings
-from holedger.errors import BudgetExceededError, NotFoundError, PolicyError, ServerStopping
+from holedger.errors import BudgetExceededError, NotFoundError, PolicyError, Unavailable
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import EvaluationRequested, RunScored
 from holedger.server.service import BASELINE_OPTIMIZER, RunService
@@ -370,9 +370,9 @@ def test_draining_waits_for_evaluations_in_flight_and_refuses_new_ones(
     assert len(done) == 1  # it finished, and was recorded whole
     types = [r.type for r in service.ledger.records(run_id)]
     assert types[-1] == "DisclosureProjected" and "TrialCompleted" in types
-    with pytest.raises(ServerStopping, match="stopping"):
+    with pytest.raises(Unavailable, match="stopping"):
         service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
-    with pytest.raises(ServerStopping):
+    with pytest.raises(Unavailable):
         service.nominate(run_id, "seed")
     assert [r.type for r in service.ledger.records(run_id)] == types  # nothing recorded
 
