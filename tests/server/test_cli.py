@@ -233,9 +233,12 @@ def test_serve_stopped_mid_evaluation_records_it_whole(
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         call.join(timeout=60)
-        assert proc.wait(timeout=60) == 0
-        assert proc.stderr is not None
-        assert "waiting for 1 evaluation or nomination in flight" in proc.stderr.read()
+        # Stopping closes the API and the gateway servers, each given up to 15 s to let
+        # their connections go, and the sandbox janitor: on a loaded machine it can take
+        # a while, so the wait is generous.
+        _, err = proc.communicate(timeout=150)
+        assert proc.returncode == 0, err
+        assert "waiting for 1 evaluation or nomination in flight" in err
     finally:
         if proc.poll() is None:
             proc.kill()
