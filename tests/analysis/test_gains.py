@@ -59,11 +59,16 @@ def test_unscored_and_open_runs_are_left_out_and_groups_summarise(tmp_path: Path
     assert data["mean_g"] == float(gains[0].g)  # type: ignore[arg-type]
 
 
-def test_analysis_gains_command_prints_json(tmp_path: Path) -> None:
+def _initialised_home(tmp_path: Path) -> tuple[Path, CliRunner, Ledger]:
+    """A home made by `holedger init`, a CLI runner, and the home's ledger."""
     home = tmp_path / "home"
     runner = CliRunner()
     assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
-    ledger = Ledger.from_settings(Settings.resolve(home))
+    return home, runner, Ledger.from_settings(Settings.resolve(home))
+
+
+def test_analysis_gains_command_prints_json(tmp_path: Path) -> None:
+    home, runner, ledger = _initialised_home(tmp_path)
     writer = _scored_run(ledger)
     result = runner.invoke(cli, ["--home", str(home), "analysis", "gains", "--json"])
     assert result.exit_code == 0, result.output
@@ -73,10 +78,7 @@ def test_analysis_gains_command_prints_json(tmp_path: Path) -> None:
 
 
 def test_runs_that_fail_replay_are_named_when_left_out(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    runner = CliRunner()
-    assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
-    ledger = Ledger.from_settings(Settings.resolve(home))
+    home, runner, ledger = _initialised_home(tmp_path)
     honest = _scored_run(ledger)
     inflated = RunWriter(ledger, terms(seed_commit=SEED))
     honest_search(inflated, SEED, CAND)

@@ -13,10 +13,15 @@ from holedger.server.taskview import ServerTask
 from .tinytask import PERFECT_MAIN
 
 
-def perfect_candidate(service: RunService, run_id: str, task: ServerTask) -> str:
+def candidate_with_main(service: RunService, run_id: str, task: ServerTask, main: str) -> str:
+    """Commit the seed with ``harness/__main__.py`` replaced by ``main``; its commit id."""
     files = read_directory(task.seed_dir)
-    files["harness/__main__.py"] = FileEntry(PERFECT_MAIN.encode())
+    files["harness/__main__.py"] = FileEntry(main.encode())
     return service.commit_candidate(run_id, files).candidate
+
+
+def perfect_candidate(service: RunService, run_id: str, task: ServerTask) -> str:
+    return candidate_with_main(service, run_id, task, PERFECT_MAIN)
 
 
 def independent_budget_count(ledger: Ledger, run_id: str) -> dict[str, Any]:

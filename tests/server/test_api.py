@@ -15,7 +15,7 @@ from holedger.config import Settings
 from holedger.gateway.serve import AppServer
 from holedger.server.api import create_api_app
 from holedger.server.candidates import read_directory
-from holedger.server.service import RunService
+from holedger.server.service import OpenedRun, RunService
 from holedger.server.taskview import ServerTask
 
 from .helpers import assert_replay_verifies
@@ -262,47 +262,45 @@ def test_malformed_requests_are_refused_without_a_record(
     assert sum(1 for _ in service.ledger.records(run)) == before
 
 
-def test_a_stopping_server_answers_503_and_records_nothing(
-    fresh_service: RunService, tmp_path: Path
-) -> None:
+@pytest.fixture
+def fresh_api(fresh_service: RunService) -> Iterator[tuple[AppServer, OpenedRun]]:
+    """The API of a service of its own (these tests stop it), and a run opened on it."""
     opened = fresh_service.open_run("tiny", baseline=False)
     server = AppServer(create_api_app(fresh_service), host="127.0.0.1", port=0)
     server.start()
-    try:
-        fresh_service.drain()
-        events = len(list(fresh_service.ledger.records(opened.run_id)))
-        with _client(server, opened.optimizer_token) as http:
-            ev = http.post(
-                f"/v1/runs/{opened.run_id}/evaluations",
-                json={"candidate": "seed", "split": "dev", "case_ids": ["dev-1"]},
-            )
-            assert ev.status_code == 503, ev.text
-            assert ev.headers["retry-after"] == "30"
-            assert ev.json()["error"]["type"] == "unavailable"
-            assert http.get(f"/v1/runs/{opened.run_id}").status_code == 200  # reads go on
-        assert len(list(fresh_service.ledger.records(opened.run_id))) == events
-    finally:
-        server.stop()
+    yield server, opened
+    server.stop()
+
+
+def test_a_stopping_server_answers_503_and_records_nothing(
+    fresh_service: RunService, fresh_api: tuple[AppServer, OpenedRun]
+) -> None:
+    server, opened = fresh_api
+    fresh_service.drain()
+    events = len(list(fresh_service.ledger.records(opened.run_id)))
+    with _client(server, opened.optimizer_token) as http:
+        ev = http.post(
+            f"/v1/runs/{opened.run_id}/evaluations",
+            json={"candidate": "seed", "split": "dev", "case_ids": ["dev-1"]},
+        )
+        assert ev.status_code == 503, ev.text
+        assert ev.headers["retry-after"] == "30"
+        assert ev.json()["error"]["type"] == "unavailable"
+        assert http.get(f"/v1/runs/{opened.run_id}").status_code == 200  # reads go on
+    assert len(list(fresh_service.ledger.records(opened.run_id))) == events
 
 
 def test_a_nomination_under_way_answers_503_at_once(
-    fresh_service: RunService, fresh_home: Settings
+    fresh_service: RunService, fresh_home: Settings, fresh_api: tuple[AppServer, OpenedRun]
 ) -> None:
     """API threads are shared by every run: a retried nomination must not wait in one."""
     import fcntl
 
-    opened = fresh_service.open_run("tiny", baseline=False)
-    server = AppServer(create_api_app(fresh_service), host="127.0.0.1", port=0)
-    server.start()
+    server, opened = fresh_api
     lock = fresh_home.runs_dir / f"{opened.run_id}.nominate.lock"
-    try:
-        with open(lock, "a+") as held, _client(server, opened.optimizer_token) as http:
-            fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as a nomination under way holds it
-            busy = http.post(f"/v1/runs/{opened.run_id}/nomination", json={"candidate": "seed"})
-            assert busy.status_code == 503, busy.text
-            assert "already under way" in busy.json()["error"]["message"]
-        assert "CandidateNominated" not in {
-            r.type for r in fresh_service.ledger.records(opened.run_id)
-        }
-    finally:
-        server.stop()
+    with open(lock, "a+") as held, _client(server, opened.optimizer_token) as http:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as a nomination under way holds it
+        busy = http.post(f"/v1/runs/{opened.run_id}/nomination", json={"candidate": "seed"})
+        assert busy.status_code == 503, busy.text
+        assert "already under way" in busy.json()["error"]["message"]
+    assert "CandidateNominated" not in {r.type for r in fresh_service.ledger.records(opened.run_id)}

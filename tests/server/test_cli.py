@@ -24,30 +24,22 @@ from .tinytask import PERFECT_MAIN, write_seed, write_task_folder
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_serve_prints_its_urls_and_answers(fresh_home: Settings, tmp_path: Path) -> None:
-    sock = tmp_path / "api.sock"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "holedger.cli",
-            "--home",
-            str(fresh_home.home),
-            "serve",
-            "--port",
-            "0",
-            "--gateway-port",
-            "0",
-            "--socket",
-            str(sock),
-            "--json",
-        ],
+def _serve(home: Settings, *extra: str) -> subprocess.Popen[str]:
+    """`holedger serve --json` on free ports as a real process; its first line is its URLs."""
+    serve = ["serve", "--port", "0", "--gateway-port", "0", "--json", *extra]
+    return subprocess.Popen(
+        [sys.executable, "-m", "holedger.cli", "--home", str(home.home), *serve],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def test_serve_prints_its_urls_and_answers(fresh_home: Settings, tmp_path: Path) -> None:
+    sock = tmp_path / "api.sock"
+    proc = _serve(fresh_home, "--socket", str(sock))
     try:
         assert proc.stdout is not None
         urls = json.loads(proc.stdout.readline())
@@ -200,16 +192,8 @@ def test_serve_stopped_mid_evaluation_records_it_whole(
     (folder / "harness" / "__main__.py").write_text(SLOW_MAIN)
     made = runner.invoke(cli, [*home, "candidate", "commit", run["run_id"], str(folder), "--json"])
     candidate = json.loads(made.output)["candidate"]
-    serve = ["serve", "--port", "0", "--gateway-port", "0", "--json"]
     ledger = Ledger.from_settings(fresh_home)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "holedger.cli", *home, *serve],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    proc = _serve(fresh_home)
     try:
         assert proc.stdout is not None
         api = next(u for u in json.loads(proc.stdout.readline())["api"] if u.startswith("http"))

@@ -15,11 +15,11 @@ import pytest
 
 from holedger.errors import NotFoundError
 from holedger.replay.bundle import KIND_RECORD, LIMITS, export_bundle, verify_bundle
-from holedger.server.candidates import FileEntry, read_directory
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
 from .conftest import _home, _service
+from .helpers import candidate_with_main
 from .tinytask import CASES, make_task, write_seed
 
 ANSWER_CHARS = 700_000
@@ -83,11 +83,8 @@ def test_a_digest_inside_an_answer_opens_no_blob(
     service = fresh_service
     secret = service.ledger.put_blob(b"a body of another run")
     run_id = service.open_run("tiny").run_id
-    files = read_directory(tiny.seed_dir)
-    files["harness/__main__.py"] = FileEntry(
-        f'import json\nprint(json.dumps({{"answer": "{secret}"}}))\n'.encode()
-    )
-    candidate = service.commit_candidate(run_id, files).candidate
+    main = f'import json\nprint(json.dumps({{"answer": "{secret}"}}))\n'
+    candidate = candidate_with_main(service, run_id, tiny, main)
     dev = service.evaluate(run_id, candidate, "dev", ["dev-1"], 1)
     (trial,) = dev.projection["cases"]["dev-1"]["trials"]
     assert trial["answer"] == {"answer": secret}

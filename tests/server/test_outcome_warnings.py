@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
+from gateway.helpers import completed_trial
+
+from holedger.schemas.events import SafetyViolation, TokenUsage
 from holedger.server.trials import TrialOutcome, outcome_warnings
 
 
@@ -17,26 +19,12 @@ def _outcome(
     calls: int = 0,
     **flags: bool,
 ) -> TrialOutcome:
-    completed = TrialCompleted(
-        request_id="r1",
-        trial_id="t",
-        candidate="c" * 40,
-        split="dev",
-        case_id="c1",
-        attempt=0,
-        backend="process",
-        isolation="isolated",
-        limits={},
-        exit_status=exit_status,
-        timed_out=flags.get("timed_out", False),
-        oom=flags.get("oom", False),
-        wall_ms=1,
-        answer_digest=None,
-        output_digest=None,
-        trace_digest=None,
-        score="0",
-        tokens=TokenUsage(),
-        gateway_calls=calls,
+    completed = completed_trial("t", TokenUsage(), calls).model_copy(
+        update={
+            "exit_status": exit_status,
+            "timed_out": flags.get("timed_out", False),
+            "oom": flags.get("oom", False),
+        }
     )
     violations = [SafetyViolation(category=violation, detail="x")] if violation else []
     return TrialOutcome(completed, violations, answer, failed or {})

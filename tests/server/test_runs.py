@@ -16,7 +16,12 @@ from holedger.schemas.events import EvaluationRequested, RunScored
 from holedger.server.service import BASELINE_OPTIMIZER, RunService
 from holedger.server.taskview import ServerTask
 
-from .helpers import assert_replay_verifies, independent_budget_count, perfect_candidate
+from .helpers import (
+    assert_replay_verifies,
+    candidate_with_main,
+    independent_budget_count,
+    perfect_candidate,
+)
 from .tinytask import CASES, make_task
 
 
@@ -347,15 +352,9 @@ def test_draining_waits_for_evaluations_in_flight_and_refuses_new_ones(
     import threading
     import time
 
-    from holedger.server.candidates import FileEntry, read_directory
-
     service = fresh_service
     run_id = service.open_run("tiny", baseline=False).run_id
-    files = read_directory(tiny.seed_dir)
-    files["harness/__main__.py"] = FileEntry(
-        b"import json, sys, time\ntime.sleep(1)\nprint(json.dumps({'answer': 'X'}))\n"
-    )
-    slow = service.commit_candidate(run_id, files).candidate
+    slow = candidate_with_main(service, run_id, tiny, slow_main(1))
     done: list[object] = []
     worker = threading.Thread(
         target=lambda: done.append(service.evaluate(run_id, slow, "dev", ["dev-1"], 1))
@@ -388,15 +387,9 @@ def test_an_interrupted_evaluation_is_recorded_whole_with_the_trials_not_run(
     import threading
     import time
 
-    from holedger.server.candidates import FileEntry, read_directory
-
     service = fresh_service
     run_id = service.open_run("tiny", baseline=False).run_id
-    files = read_directory(tiny.seed_dir)
-    files["harness/__main__.py"] = FileEntry(
-        b"import json, sys, time\ntime.sleep(1.5)\nprint(json.dumps({'answer': 'X'}))\n"
-    )
-    slow = service.commit_candidate(run_id, files).candidate
+    slow = candidate_with_main(service, run_id, tiny, slow_main(1.5))
     cases = CASES["dev"][:4]  # two workers: two run, two wait
     from holedger.server import service as service_module
 
@@ -435,3 +428,8 @@ def test_an_interrupted_evaluation_is_recorded_whole_with_the_trials_not_run(
     assert len(ran) == 2  # the two running when the interrupt came ended normally
     service.ledger.close_run(run_id, reason="aborted")
     assert_replay_verifies(service.ledger, run_id)
+
+
+def slow_main(seconds: float) -> str:
+    """A harness that answers after ``seconds``."""
+    return f"import json, time\ntime.sleep({seconds})\nprint(json.dumps({{'answer': 'X'}}))\n"
