@@ -16,12 +16,14 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.sql.elements import ColumnElement
 
 from holedger.errors import UsageError
 
@@ -162,10 +164,21 @@ class TokenRegistry:
 
     def revoke_trial(self, run_id: str, trial_id: str) -> None:
         """Kill every token of a trial (called when the trial ends)."""
+        self._revoke(run_id, tokens_table.c.trial_id == trial_id, lambda c: c.trial_id == trial_id)
+
+    def revoke_request(self, run_id: str, request_id: str) -> None:
+        """Kill every token of a request's trials (its trials were recorded unfinished)."""
+        self._revoke(
+            run_id, tokens_table.c.request_id == request_id, lambda c: c.request_id == request_id
+        )
+
+    def _revoke(
+        self, run_id: str, where: ColumnElement[bool], match: Callable[[TokenClaims], bool]
+    ) -> None:
         with self.engine.begin() as conn:
             conn.execute(
                 update(tokens_table)
-                .where(tokens_table.c.run_id == run_id, tokens_table.c.trial_id == trial_id)
+                .where(tokens_table.c.run_id == run_id, where)
                 .values(revoked=True)
             )
         with self._lock:
@@ -173,7 +186,7 @@ class TokenRegistry:
             stale = [
                 key
                 for key, (_, claims) in self._cache.items()
-                if claims is not None and claims.run_id == run_id and claims.trial_id == trial_id
+                if claims is not None and claims.run_id == run_id and match(claims)
             ]
             for key in stale:
                 self._cache.pop(key, None)

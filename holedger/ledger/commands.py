@@ -75,7 +75,7 @@ def keys_show(ctx: click.Context, as_json: bool) -> None:
 
 @click.group("run")
 def run_group() -> None:
-    """Runs: open, list, show."""
+    """Runs: open, list, show, recover."""
 
 
 @run_group.command("list")

@@ -82,6 +82,38 @@ def run_open(
     click.echo(f"token    {opened.optimizer_token}")
 
 
+@click.command("recover")
+@click.argument("run")
+@_json_opt
+@click.pass_context
+def run_recover(ctx: click.Context, run: str, as_json: bool) -> None:
+    """Record the requests of RUN a stopped server left without trials, as not run.
+
+    A server killed while trials ran leaves their accepted request without trials or
+    projection, and replay fails on it. This records each such trial as not run (score 0,
+    a sandbox_error violation; the model calls it made are its tokens), then the
+    request's projection. Requests still being evaluated by a live process are left
+    alone. Every later eval and nominate of RUN does the same first.
+    """
+    with _service(ctx) as service:
+        run_id = service.ledger.resolve_run(run)
+        found = service.recover(run_id)
+    if as_json:
+        emit_json(found.as_json())
+        return
+    for request_id in found.recorded:
+        click.echo(f"recorded request {request_id}: its trials as not run, and its projection")
+    for request_id in found.running:
+        click.echo(f"request {request_id} is still being evaluated; left alone")
+    if found.unscored_nomination is not None:
+        click.echo(
+            "the nomination's held-out scoring was cut short: finish it with "
+            f"'holedger nominate {run_id} {found.unscored_nomination}'"
+        )
+    if not (found.recorded or found.running or found.unscored_nomination):
+        click.echo(f"run {run_id}: nothing left unrecorded")
+
+
 @click.group("candidate")
 def candidate_group() -> None:
     """Candidate harnesses of a run."""
@@ -278,7 +310,8 @@ def serve_cmd(
     try:
         stop.wait()
         # Evaluations in flight are recorded before the gateway and the ledger close; a
-        # second signal abandons them (their accepted requests then lack trials).
+        # second signal abandons them (their accepted requests then lack trials until
+        # the next eval, nominate or `run recover` of their run records them as not run).
         abandon = _raise_interrupt
         signal.signal(signal.SIGINT, abandon)
         signal.signal(signal.SIGTERM, abandon)
@@ -288,7 +321,7 @@ def serve_cmd(
             )
             click.echo(
                 f"stopping: waiting for {busy} in flight to be recorded (a second signal "
-                "stops at once, leaving them without trials)",
+                "stops at once; 'holedger run recover RUN' then records them as not run)",
                 err=True,
             )
         running.service.drain()
@@ -304,12 +337,11 @@ def _raise_interrupt(*_: object) -> None:
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
     run_group = cli.commands.get("run")
-    if isinstance(run_group, click.Group):
-        run_group.add_command(run_open)
-    else:
-        group = click.Group("run", help="Runs.")
-        group.add_command(run_open)
-        cli.add_command(group)
+    if not isinstance(run_group, click.Group):
+        run_group = click.Group("run", help="Runs.")
+        cli.add_command(run_group)
+    run_group.add_command(run_open)
+    run_group.add_command(run_recover)
     cli.add_command(candidate_group)
     cli.add_command(eval_cmd)
     cli.add_command(nominate_cmd)

@@ -43,15 +43,19 @@ from holedger.errors import (
     PolicyError,
     Unavailable,
     UsageError,
+    VerificationError,
 )
 from holedger.ledger.store import Ledger
+from holedger.replay.report import counted
 from holedger.schemas.canonical import canonical_json, rational_to_str
 from holedger.schemas.events import (
     CandidateCommitted,
     CandidateNominated,
     CaseScores,
+    DisclosurePolicy,
     DisclosureProjected,
     EvaluationRequested,
+    GatewayCall,
     RunScored,
     SafetyViolation,
     SeedBaseline,
@@ -149,6 +153,26 @@ class Evaluation:
             "projection_digest": self.projection_digest,
             "cost": self.cost,
             "budget_used": self.budget_after,
+        }
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What :meth:`RunService.recover` found: requests it recorded, requests whose
+    evaluation still runs, and a nominated candidate whose held-out scoring was cut short
+    (nominating it again finishes it)."""
+
+    run_id: str
+    recorded: list[str]
+    running: list[str]
+    unscored_nomination: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "recorded": self.recorded,
+            "running": self.running,
+            "unscored_nomination": self.unscored_nomination,
         }
 
 
@@ -543,44 +567,39 @@ class RunService:
             )
             return [("EvaluationRequested", payload, "server")], payload
 
+        self._recover(run_id)  # a request a stopped server left is recorded first
         runner, setup_error = self._try_trial_runner(run_id, task)
-        request = self._decide(run_id, decide)
-        if request.decision == "rejected":
-            reason = request.reason or "rejected"
-            error = BudgetExceededError if "budget exceeded" in reason else PolicyError
-            raise error(f"request {request_id} rejected: {reason}", hint=_hint_for(reason))
-        interrupted: EvaluationInterrupted | None = None
-        try:
-            outcomes = self._run_trials(runner, run_id, request, split_cases)
-        except EvaluationInterrupted as exc:  # record the request whole, then stop
-            interrupted, outcomes = exc, exc.outcomes
-        views = [rules.trial_view(o.completed, o.answer) for o in outcomes]
-        policy, body = rules.project(split, terms.disclosure, views)
-        digest = rules.projection_digest(body)
-        projected = DisclosureProjected(
-            request_id=request_id,
-            split=split,
-            policy=policy,
-            projection=body,
-            projection_digest=digest,
-        )
-        self._append(
-            run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
-        )
-        if interrupted is not None:
-            raise interrupted
-        after = rules.add_use(request.budget_before, split, cost)
-        return Evaluation(
-            request_id=request_id,
-            candidate=commit,
-            split=split,
-            policy=policy,
-            projection=body,
-            projection_digest=digest,
-            cost=cost.model_dump(mode="json"),
-            budget_after=after.model_dump(mode="json"),
-            warnings=outcome_warnings(outcomes) if split == "dev" else [],
-        )
+        # Held from before the request is recorded until its projection is: a request
+        # without a projection whose lock is free was left by a server that stopped.
+        with _request_lock(self._request_lock_path(run_id, request_id)):
+            request = self._decide(run_id, decide)
+            if request.decision == "rejected":
+                reason = request.reason or "rejected"
+                error = BudgetExceededError if "budget exceeded" in reason else PolicyError
+                raise error(f"request {request_id} rejected: {reason}", hint=_hint_for(reason))
+            interrupted: EvaluationInterrupted | None = None
+            try:
+                outcomes = self._run_trials(runner, run_id, request, split_cases)
+            except EvaluationInterrupted as exc:  # record the request whole, then stop
+                interrupted, outcomes = exc, exc.outcomes
+            projected = _projected(request, terms.disclosure, outcomes)
+            self._append(
+                run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
+            )
+            if interrupted is not None:
+                raise interrupted
+            after = rules.add_use(request.budget_before, split, cost)
+            return Evaluation(
+                request_id=request_id,
+                candidate=commit,
+                split=split,
+                policy=projected.policy,
+                projection=projected.projection,
+                projection_digest=projected.projection_digest,
+                cost=cost.model_dump(mode="json"),
+                budget_after=after.model_dump(mode="json"),
+                warnings=outcome_warnings(outcomes) if split == "dev" else [],
+            )
 
     def _trial_runner(self, run_id: str, task: ServerTask) -> TrialRunner:
         """Everything trials need, made (and its configuration checked) before a request
@@ -623,21 +642,7 @@ class RunService:
         # attempt cut short are recorded under the old ones, and must not count as the
         # new trials' calls.
         prefix = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if resumed else request.request_id
-        plans = [
-            TrialPlan(
-                run_id=run_id,
-                request_id=request.request_id,
-                trial_id=f"{prefix}-{index:04d}",
-                candidate=request.candidate,
-                split=request.split,
-                case_id=case_id,
-                attempt=attempt,
-                case_input=cases[case_id].input,
-            )
-            for index, (case_id, attempt) in enumerate(
-                (c, a) for c in request.case_ids for a in range(request.attempts)
-            )
-        ]
+        plans = _plans(run_id, request, {c: cases[c].input for c in request.case_ids}, prefix)
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial") as pool:
             futures: list[Future[TrialOutcome]] = []
             try:
@@ -706,6 +711,7 @@ class RunService:
                 return [], commit  # resuming the nomination cut short
             return [("CandidateNominated", CandidateNominated(candidate=commit), "server")], commit
 
+        self._recover(run_id)  # a search request a stopped server left, before it closes
         runner, setup_error = self._try_trial_runner(run_id, task)
         commit = self._decide(run_id, decide)
         scored_already = self.states.current(run_id).scored
@@ -778,6 +784,95 @@ class RunService:
                 continue
         return result
 
+    # ------------------------------------------------------------------ recover
+
+    def recover(self, run_id: str) -> Recovery:
+        """Record what a server that stopped mid-evaluation left unrecorded in ``run_id``.
+
+        An evaluation holds a lock file for its request from before the request is
+        recorded until its projection is. An accepted dev or val request without a
+        projection whose lock is free was therefore left by a server that was killed (or
+        stopped at once) while the request's trials ran. Each of its trials is recorded as
+        not run to its end (score 0, a ``sandbox_error`` violation saying so, and the model
+        calls recorded under its trial id as its tokens), then its projection, so the run
+        verifies again; its trial tokens are revoked. A request whose evaluation still
+        runs, in this process or another on this home, holds its lock and is left alone.
+        Every evaluation and nomination of the run does this first; held-out scoring cut
+        short is finished by nominating again instead.
+        """
+        state = self.states.current(run_id)
+        if state.closed and state.pending:
+            raise PolicyError(
+                f"run {run_id} was closed with {counted(len(state.pending), 'request')} "
+                "never recorded; nothing may be added to a closed run",
+                hint="replay reports the requests; open a new run",
+            )
+        recorded = self._recover(run_id)
+        state = self.states.current(run_id)
+        running = sorted(state.pending)
+        unscored = state.nominated if state.scored is None and not state.closed else None
+        return Recovery(run_id, recorded, running, unscored)
+
+    def _recover(self, run_id: str) -> list[str]:
+        """Record the requests left by a stopped server (see :meth:`recover`); their ids."""
+        recorded: list[str] = []
+        for request_id in self.states.current(run_id).pending:
+            path = self._request_lock_path(run_id, request_id)
+            with _request_lock(path, wait=False) as held:
+                if not held:
+                    continue  # its evaluation is still running
+                state = self.states.current(run_id)  # it may have ended meanwhile
+                request = state.pending.get(request_id)
+                if request is None or state.closed:
+                    continue
+                self._record_left(run_id, request)
+                recorded.append(request_id)
+        return recorded
+
+    def _record_left(self, run_id: str, request: EvaluationRequested) -> None:
+        task = self.run_task(run_id)
+        prefix = request.request_id
+        calls: dict[str, list[int]] = {}
+        for rec in self.ledger.records(run_id):
+            if rec.type == "TrialCompleted" and rec.payload.get("request_id") == prefix:
+                raise VerificationError(
+                    f"request {prefix} of run {run_id} has trials recorded but no projection",
+                    hint="replay the run: it reports what is missing",
+                )
+            if rec.type == "GatewayCall" and str(rec.payload.get("trial_id")).startswith(prefix):
+                call = GatewayCall.model_validate(rec.payload)
+                t = call.tokens
+                sums = calls.setdefault(str(call.trial_id), [0] * 6)
+                for k, value in enumerate((t.input, t.cached, t.output, t.reasoning, t.total, 1)):
+                    sums[k] += value
+        backend = RunConfig.load(self.settings, run_id).backend or "unknown"
+        limits = Limits(wall_s=float(task.terms.case_timeout_s)).as_record()
+        detail = "not recorded: the server stopped while this trial's request ran"
+        outcomes = []
+        for plan in _plans(run_id, request, {}, prefix):
+            sums = calls.get(plan.trial_id, [0] * 6)
+            tokens = TokenUsage(
+                input=sums[0], cached=sums[1], output=sums[2], reasoning=sums[3], total=sums[4]
+            )
+            outcomes.append(_unfinished_trial(backend, limits, plan, detail, tokens, sums[5]))
+        from holedger.gateway.tokens import TokenRegistry
+
+        TokenRegistry(self.ledger.app.engine).revoke_request(run_id, request.request_id)
+        projected = _projected(request, task.terms.disclosure, outcomes)
+        log.warning(
+            "request %s of run %s was left unrecorded by a server that stopped: recording "
+            "its %d trials as not run",
+            request.request_id,
+            run_id,
+            len(outcomes),
+        )
+        self._append(
+            run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
+        )
+
+    def _request_lock_path(self, run_id: str, request_id: str) -> Path:
+        return self.settings.runs_dir / f"{run_id}.requests" / f"{request_id}.lock"
+
     # ------------------------------------------------------------------ baseline
 
     def baseline_path(self, task: ServerTask) -> Path:
@@ -793,19 +888,50 @@ class RunService:
             known = self._read_baseline(task, path)
             if known is not None:
                 return known
-            opened = self.open_run(
-                task_ref, optimizer=BASELINE_OPTIMIZER, backend=backend, baseline=False
-            )
-            scored = self.nominate(opened.run_id, "seed")
+            # The baseline run under way is named in a file of its own until it is
+            # scored, so one cut short (an interrupt during its held-out scoring) is
+            # finished by the next call instead of being left behind for a new one.
+            pending = path.with_suffix(".pending")
+            run_id = self._pending_baseline_run(task, pending)
+            if run_id is None:
+                run_id = self.open_run(
+                    task_ref, optimizer=BASELINE_OPTIMIZER, backend=backend, baseline=False
+                ).run_id
+                pending.write_text(run_id + "\n")
+            if not self.states.current(run_id).closed:
+                self.nominate(run_id, "seed")  # finishes a nomination cut short, too
+            scored = self.states.current(run_id).scored
+            assert scored is not None  # a pending run is closed only once scored
             baseline = SeedBaseline(
                 e_h0=scored.e_h_plus,
                 k=scored.k,
-                baseline_run_id=opened.run_id,
-                per_case_digest=_per_case_digest(scored.per_case),
+                baseline_run_id=run_id,
+                per_case_digest=_per_case_digest({c.case_id: c.scores for c in scored.per_case}),
             )
             record = {"task_digest": task.digest, **baseline.model_dump(mode="json")}
             path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            pending.unlink(missing_ok=True)
             return baseline
+
+    def _pending_baseline_run(self, task: ServerTask, pending: Path) -> str | None:
+        """The baseline run of ``task`` a call cut short left (named in ``pending``), when
+        it is still of this task and can be finished; else None."""
+        if not pending.exists():
+            return None
+        run_id = pending.read_text().strip()
+        try:
+            if not self.ledger.has_run(run_id):
+                return None
+            opened = self.ledger.run_terms(run_id)
+            RunConfig.load(self.settings, run_id)
+        except (HoledgerError, ValueError):
+            return None
+        if opened.task_digest != task.digest or opened.optimizer != BASELINE_OPTIMIZER:
+            return None
+        state = self.states.current(run_id)
+        if state.closed and state.scored is None:
+            return None  # closed without a score (aborted): start again
+        return run_id
 
     def _read_baseline(self, task: ServerTask, path: Path) -> SeedBaseline | None:
         if not path.exists():
@@ -929,6 +1055,19 @@ def _failed_trial(
     runner: TrialRunner, backend: Backend, plan: TrialPlan, detail: str
 ) -> TrialOutcome:
     """A trial that did not run to its end: score 0, a sandbox_error violation saying why."""
+    return _unfinished_trial(backend.name, runner.limits.as_record(), plan, detail)
+
+
+def _unfinished_trial(
+    backend: str,
+    limits: dict[str, int],
+    plan: TrialPlan,
+    detail: str,
+    tokens: TokenUsage | None = None,
+    calls: int = 0,
+) -> TrialOutcome:
+    """A trial recorded without a result: score 0, a sandbox_error violation saying why,
+    and the model calls recorded under its trial id (none when it never started)."""
     completed = TrialCompleted(
         request_id=plan.request_id,
         trial_id=plan.trial_id,
@@ -936,9 +1075,9 @@ def _failed_trial(
         split=plan.split,
         case_id=plan.case_id,
         attempt=plan.attempt,
-        backend=backend.name,
+        backend=backend,
         isolation="none",
-        limits=runner.limits.as_record(),
+        limits=limits,
         exit_status=None,
         timed_out=False,
         oom=False,
@@ -947,11 +1086,47 @@ def _failed_trial(
         output_digest=None,
         trace_digest=None,
         score=Fraction(0),
-        tokens=TokenUsage(),
-        gateway_calls=0,
+        tokens=tokens or TokenUsage(),
+        gateway_calls=calls,
     )
     violation = SafetyViolation(category="sandbox_error", trial_id=plan.trial_id, detail=detail)
     return TrialOutcome(completed, [violation], None)
+
+
+def _plans(
+    run_id: str, request: EvaluationRequested, inputs: dict[str, Any], prefix: str
+) -> list[TrialPlan]:
+    """A request's trials in order (case ids, then attempts): trial ids ``prefix-NNNN``."""
+    return [
+        TrialPlan(
+            run_id=run_id,
+            request_id=request.request_id,
+            trial_id=f"{prefix}-{index:04d}",
+            candidate=request.candidate,
+            split=request.split,
+            case_id=case_id,
+            attempt=attempt,
+            case_input=inputs.get(case_id),
+        )
+        for index, (case_id, attempt) in enumerate(
+            (c, a) for c in request.case_ids for a in range(request.attempts)
+        )
+    ]
+
+
+def _projected(
+    request: EvaluationRequested, policy: DisclosurePolicy, outcomes: Sequence[TrialOutcome]
+) -> DisclosureProjected:
+    """The DisclosureProjected of a request's trials (a dev or val request)."""
+    views = [rules.trial_view(o.completed, o.answer) for o in outcomes]
+    name, body = rules.project(request.split, policy, views)
+    return DisclosureProjected(
+        request_id=request.request_id,
+        split=request.split,
+        policy=name,
+        projection=body,
+        projection_digest=rules.projection_digest(body),
+    )
 
 
 def _trial_items(outcomes: Sequence[TrialOutcome]) -> list[Item]:
@@ -984,4 +1159,26 @@ def _file_lock(path: Path, *, wait: bool = True) -> Iterator[None]:
         try:
             yield
         finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _request_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold a request's lock file while its evaluation runs (see RunService.recover).
+
+    Yields whether it is held (always, with ``wait``). The holder removes the file before
+    letting go; one who opened it before then finds, once it holds the lock, the request
+    recorded, since the state is read again under the lock.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            path.unlink(missing_ok=True)
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

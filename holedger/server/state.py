@@ -50,6 +50,9 @@ class RunState:
     heldout: EvaluationRequested | None = None
     disclosed: set[str] = field(default_factory=set)
     projections: dict[str, str] = field(default_factory=dict)  # request id -> digest
+    # Accepted dev and val requests not yet projected: in flight, or left by a server that
+    # stopped before recording their trials (RunService.recover records those).
+    pending: dict[str, EvaluationRequested] = field(default_factory=dict)
 
     def apply(self, rec: Record) -> None:
         self.next_seq = rec.seq + 1
@@ -65,9 +68,12 @@ class RunState:
                 self.used = rules.add_use(self.used, req.split, req.cost)
                 if req.split == "test" and self.nominated is not None:
                     self.heldout = req
+                elif req.split != "test":
+                    self.pending[req.request_id] = req
         elif rec.type == "DisclosureProjected":
             proj = DisclosureProjected.model_validate(rec.payload)
             self.projections[proj.request_id] = proj.projection_digest
+            self.pending.pop(proj.request_id, None)
             self.disclosed.update(rules.fetchable_digests(proj.projection))
         elif rec.type == "CandidateNominated":
             self.nominated = str(rec.payload["candidate"])
@@ -127,4 +133,5 @@ def _snapshot(state: RunState) -> RunState:
         heldout=state.heldout,
         disclosed=set(state.disclosed),
         projections=dict(state.projections),
+        pending=dict(state.pending),
     )

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from click.testing import CliRunner
+
+from holedger.cli import cli
+from holedger.config import Settings
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 from holedger.server.candidates import FileEntry, read_directory
@@ -51,3 +57,27 @@ def assert_replay_verifies(ledger: Ledger, run_id: str) -> Any:
 
 def all_runs(ledger: Ledger) -> list[str]:
     return ledger.run_ids()
+
+
+def evaluate_in_background(
+    service: RunService, run_id: str, candidate: str, case_ids: Sequence[str]
+) -> tuple[threading.Thread, list[Any]]:
+    """A dev evaluation (one attempt) started in a thread; the list gets its result."""
+    done: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: done.append(service.evaluate(run_id, candidate, "dev", case_ids, 1))
+    )
+    worker.start()
+    return worker, done
+
+
+def cli_invoker(home: Settings) -> Callable[..., str]:
+    """``holedger --home HOME ARGS...`` run in this process: its output, once it exits 0."""
+    runner = CliRunner()
+
+    def invoke(*args: str) -> str:
+        result = runner.invoke(cli, ["--home", str(home.home), *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    return invoke

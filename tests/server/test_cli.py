@@ -19,6 +19,7 @@ from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
 
+from .helpers import cli_invoker
 from .tinytask import PERFECT_MAIN, write_seed, write_task_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,11 +76,10 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
     task_dir = write_task_folder(tmp_path / "task")
     runner = CliRunner()
     home = ["--home", str(fresh_home.home)]
+    invoke = cli_invoker(fresh_home)
 
     def run(*args: str) -> Any:
-        result = runner.invoke(cli, [*home, *args])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)
+        return json.loads(invoke(*args))
 
     opened = run(
         "run",

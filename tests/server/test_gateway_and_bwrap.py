@@ -21,35 +21,7 @@ from holedger.server.gateway_link import GatewayLink
 from holedger.server.service import RunService
 
 from .helpers import assert_replay_verifies
-from .tinytask import make_task, write_seed
-
-MODEL_MAIN = """import json, os, sys, urllib.request
-case = json.loads(sys.stdin.read())
-body = json.dumps({
-    "model": os.environ["HOLEDGER_MODEL"],
-    "messages": [{"role": "user", "content": "Say hello to " + case["q"]}],
-    "max_completion_tokens": 64,
-}).encode()
-reply = None
-for _ in range(5):
-    req = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
-        headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-                 "content-type": "application/json"})
-    try:
-        reply = json.load(urllib.request.urlopen(req, timeout=30))
-        break
-    except Exception as exc:
-        print("retry:", exc, file=sys.stderr)
-print("model said:", reply["choices"][0]["message"]["content"][:80], file=sys.stderr)
-print(json.dumps({"answer": case["q"].upper()}))
-"""
-
-
-def _model_task(root: Path) -> object:
-    seed = write_seed(root)
-    (seed / "harness" / "__main__.py").write_text(MODEL_MAIN)
-    return make_task(root, ref="model", models=["holedger-sim-1"], seed=seed)
+from .tinytask import make_task, model_task
 
 
 @contextmanager
@@ -57,14 +29,14 @@ def _model_service(
     home: Settings, root: Path, config: GatewayConfig | None = None
 ) -> Iterator[tuple[RunService, Ledger]]:
     """A service for the model task, its trials calling the gateway in this process."""
-    task = _model_task(root / "task")
+    task = model_task(root / "task")
     ledger = Ledger.from_settings(home)
     link = GatewayLink(ledger, config=config)
     service = RunService(
         home,
         ledger,
         gateway=link,
-        task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
+        task_loader=lambda r: task,
         default_backend="process",
     )
     try:
@@ -217,12 +189,12 @@ def test_a_gateway_that_cannot_start_records_nothing(
     """A bad gateway.toml (or an unset key variable) fails eval and nominate before any
     decision is recorded: no accepted request is left without trials, nothing is charged,
     and once the setting is mended the run goes on and verifies."""
-    task = _model_task(tmp_path / "task")
+    task = model_task(tmp_path / "task")
     ledger = Ledger.from_settings(fresh_home)
     service = RunService(
         fresh_home,
         ledger,
-        task_loader=lambda r: task,  # type: ignore[arg-type,return-value]
+        task_loader=lambda r: task,
         default_backend="process",
     )  # the gateway starts on demand, from the home's gateway.toml
     toml = fresh_home.home / "gateway.toml"

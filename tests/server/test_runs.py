@@ -19,6 +19,7 @@ from holedger.server.taskview import ServerTask
 from .helpers import (
     assert_replay_verifies,
     candidate_with_main,
+    evaluate_in_background,
     independent_budget_count,
     perfect_candidate,
 )
@@ -349,17 +350,12 @@ def test_draining_waits_for_evaluations_in_flight_and_refuses_new_ones(
 ) -> None:
     """What `holedger serve` does on its first signal: the evaluation in flight is
     recorded whole before the gateway and the ledger close; a new one is refused."""
-    import threading
     import time
 
     service = fresh_service
     run_id = service.open_run("tiny", baseline=False).run_id
     slow = candidate_with_main(service, run_id, tiny, slow_main(1))
-    done: list[object] = []
-    worker = threading.Thread(
-        target=lambda: done.append(service.evaluate(run_id, slow, "dev", ["dev-1"], 1))
-    )
-    worker.start()
+    worker, done = evaluate_in_background(service, run_id, slow, ["dev-1"])
     deadline = time.monotonic() + 30
     while service.in_flight == 0 and time.monotonic() < deadline:
         time.sleep(0.01)

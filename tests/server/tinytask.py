@@ -24,6 +24,31 @@ print("thinking about", q, file=sys.stderr)
 print(json.dumps({"answer": q if q.startswith("hard") else q.upper()}))
 """
 
+# The model task's harness: asks the model (through the gateway, with its trial's token),
+# then answers as the perfect candidate does. A test may make it wait after the call.
+MODEL_MAIN = """import json, os, sys, time, urllib.request
+case = json.loads(sys.stdin.read())
+body = json.dumps({
+    "model": os.environ["HOLEDGER_MODEL"],
+    "messages": [{"role": "user", "content": "Say hello to " + case["q"]}],
+    "max_completion_tokens": 64,
+}).encode()
+reply = None
+for _ in range(5):
+    req = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+        headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "content-type": "application/json"})
+    try:
+        reply = json.load(urllib.request.urlopen(req, timeout=30))
+        break
+    except Exception as exc:
+        print("retry:", exc, file=sys.stderr)
+print("model said:", reply["choices"][0]["message"]["content"][:80], file=sys.stderr)
+time.sleep(WAIT_S)
+print(json.dumps({"answer": case["q"].upper()}))
+"""
+
 CASES = {
     "dev": [f"dev-{i}" for i in range(6)],
     "val": [f"val-{i}" for i in range(8)],
@@ -175,3 +200,12 @@ def write_task_folder(root: Path) -> Path:
         (root / "cases" / f"{split}.json").write_text(json.dumps(cases, indent=1))
     pin_task(root)
     return root
+
+
+def model_task(root: Path, *, wait_s: float = 0) -> ServerTask:
+    """The tiny task with a model: its seed harness is MODEL_MAIN, waiting ``wait_s``
+    seconds after its model call."""
+    seed = write_seed(root)
+    main = MODEL_MAIN.replace("WAIT_S", repr(float(wait_s)))
+    (seed / "harness" / "__main__.py").write_text(main)
+    return make_task(root, ref="model", models=["holedger-sim-1"], seed=seed)
