@@ -699,7 +699,13 @@ def safety_section(report: ReplayReport, data: RunData) -> str:
             f"<p>{esc(counted(int(safety.get('violations', 0)), 'safety violation'))} over "
             f"{esc(counted(int(safety.get('trials', len(data.trials))), 'trial'))}; "
             f"{esc(counted(int(safety.get('unisolated_trials', 0)), 'trial'))} ran without "
-            "isolation.</p>"
+            "isolation"
+            + (
+                f"; {esc(counted(int(safety['not_run_trials']), 'trial'))} recorded as not run"
+                if safety.get("not_run_trials")
+                else ""
+            )
+            + ".</p>"
         )
         by_cat = safety.get("by_category") or {}
         if by_cat:

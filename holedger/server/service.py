@@ -846,6 +846,10 @@ class RunService:
                 for k, value in enumerate((t.input, t.cached, t.output, t.reasoning, t.total, 1)):
                     sums[k] += value
         backend = RunConfig.load(self.settings, run_id).backend or "unknown"
+        # Whatever of a trial ran, ran in the run's backend.
+        isolation: Literal["isolated", "none"] = (
+            "isolated" if backend in ("bwrap", "docker") else "none"
+        )
         limits = Limits(wall_s=float(task.terms.case_timeout_s)).as_record()
         detail = "not recorded: the server stopped while this trial's request ran"
         outcomes = []
@@ -854,7 +858,9 @@ class RunService:
             tokens = TokenUsage(
                 input=sums[0], cached=sums[1], output=sums[2], reasoning=sums[3], total=sums[4]
             )
-            outcomes.append(_unfinished_trial(backend, limits, plan, detail, tokens, sums[5]))
+            outcomes.append(
+                _unfinished_trial(backend, limits, plan, detail, tokens, sums[5], isolation)
+            )
         from holedger.gateway.tokens import TokenRegistry
 
         TokenRegistry(self.ledger.app.engine).revoke_request(run_id, request.request_id)
@@ -1065,6 +1071,7 @@ def _unfinished_trial(
     detail: str,
     tokens: TokenUsage | None = None,
     calls: int = 0,
+    isolation: Literal["isolated", "none"] = "none",
 ) -> TrialOutcome:
     """A trial recorded without a result: score 0, a sandbox_error violation saying why,
     and the model calls recorded under its trial id (none when it never started)."""
@@ -1076,7 +1083,7 @@ def _unfinished_trial(
         case_id=plan.case_id,
         attempt=plan.attempt,
         backend=backend,
-        isolation="none",
+        isolation=isolation,
         limits=limits,
         exit_status=None,
         timed_out=False,

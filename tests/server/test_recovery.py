@@ -295,6 +295,15 @@ def test_the_next_evaluation_records_a_request_left_before_its_trials(
     assert [t["trial_id"] for t in left_trials] == [f"{left}-{i:04d}" for i in range(4)]
     assert types.count("DisclosureProjected") == 2
     _verifies_but_open(service.ledger, run_id)
+    # The trials recorded as not run ran nothing, so none of them ran unisolated.
+    report = replay_run(service.ledger, run_id)
+    [isolation] = [c for c in report.checks if c.name == "isolation"]
+    assert isolation.detail == (
+        f"{len(CASES['val'])} of {len(CASES['val'])} trials that ran did so without "
+        "isolation (process backend); 4 trials recorded as not run"
+    )
+    safety = report.sections["safety"]
+    assert safety["unisolated_trials"] == len(CASES["val"]) and safety["not_run_trials"] == 4
 
 
 def test_nominating_records_a_request_left_behind_first(
