@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -583,9 +584,13 @@ class RunService:
             except EvaluationInterrupted as exc:  # record the request whole, then stop
                 interrupted, outcomes = exc, exc.outcomes
             projected = _projected(request, terms.disclosure, outcomes)
-            self._append(
-                run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
-            )
+            items = [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
+            if not self._record_request(run_id, request_id, items):
+                raise PolicyError(  # cannot happen while the request's lock is held
+                    f"request {request_id} of run {run_id} can no longer be recorded: the run "
+                    "was closed, or another process recorded it",
+                    hint="replay the run to see what it holds",
+                )
             if interrupted is not None:
                 raise interrupted
             after = rules.add_use(request.budget_before, split, cost)
@@ -709,6 +714,12 @@ class RunService:
                 raise setup_error  # nothing recorded: held-out scoring could not run
             if st.nominated is not None:
                 return [], commit  # resuming the nomination cut short
+            if st.pending:  # (those a stopped server left were recorded just before)
+                raise Unavailable(
+                    f"run {run_id} has {counted(len(st.pending), 'evaluation')} still "
+                    "running; the nomination would close the run under it",
+                    hint="nominate once it is recorded",
+                )
             return [("CandidateNominated", CandidateNominated(candidate=commit), "server")], commit
 
         self._recover(run_id)  # a search request a stopped server left, before it closes
@@ -810,7 +821,7 @@ class RunService:
         recorded = self._recover(run_id)
         state = self.states.current(run_id)
         running = sorted(state.pending)
-        unscored = state.nominated if state.scored is None and not state.closed else None
+        unscored = state.nominated if not state.closed else None  # nominate again to close
         return Recovery(run_id, recorded, running, unscored)
 
     def _recover(self, run_id: str) -> list[str]:
@@ -823,18 +834,23 @@ class RunService:
                     continue  # its evaluation is still running
                 state = self.states.current(run_id)  # it may have ended meanwhile
                 request = state.pending.get(request_id)
-                if request is None or state.closed:
-                    continue
-                self._record_left(run_id, request)
-                recorded.append(request_id)
+                if request is not None and not state.closed:
+                    if self._record_left(run_id, request):
+                        recorded.append(request_id)
         return recorded
 
-    def _record_left(self, run_id: str, request: EvaluationRequested) -> None:
+    def _record_left(self, run_id: str, request: EvaluationRequested) -> bool:
         task = self.run_task(run_id)
         prefix = request.request_id
+        from holedger.gateway.tokens import TokenRegistry
+
+        # First, so no call of its trials can be made after their calls are summed.
+        TokenRegistry(self.ledger.app.engine).revoke_request(run_id, request.request_id)
         calls: dict[str, list[int]] = {}
         for rec in self.ledger.records(run_id):
             if rec.type == "TrialCompleted" and rec.payload.get("request_id") == prefix:
+                if prefix not in self.states.current(run_id).pending:
+                    return False  # recorded meanwhile, trials and projection together
                 raise VerificationError(
                     f"request {prefix} of run {run_id} has trials recorded but no projection",
                     hint="replay the run: it reports what is missing",
@@ -851,7 +867,10 @@ class RunService:
             "isolated" if backend in ("bwrap", "docker") else "none"
         )
         limits = Limits(wall_s=float(task.terms.case_timeout_s)).as_record()
-        detail = "not recorded: the server stopped while this trial's request ran"
+        detail = (
+            "not recorded: the evaluation of its request ended before recording it "
+            "(the server stopped or failed)"
+        )
         outcomes = []
         for plan in _plans(run_id, request, {}, prefix):
             sums = calls.get(plan.trial_id, [0] * 6)
@@ -861,20 +880,30 @@ class RunService:
             outcomes.append(
                 _unfinished_trial(backend, limits, plan, detail, tokens, sums[5], isolation)
             )
-        from holedger.gateway.tokens import TokenRegistry
-
-        TokenRegistry(self.ledger.app.engine).revoke_request(run_id, request.request_id)
         projected = _projected(request, task.terms.disclosure, outcomes)
-        log.warning(
-            "request %s of run %s was left unrecorded by a server that stopped: recording "
-            "its %d trials as not run",
-            request.request_id,
-            run_id,
-            len(outcomes),
-        )
-        self._append(
-            run_id, [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
-        )
+        items = [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
+        recorded = self._record_request(run_id, request.request_id, items)
+        if recorded:
+            log.warning(
+                "request %s of run %s was left unrecorded by an evaluation that ended (the "
+                "server stopped or failed): recorded its %d trials as not run",
+                request.request_id,
+                run_id,
+                len(outcomes),
+            )
+        return recorded
+
+    def _record_request(self, run_id: str, request_id: str, items: list[Item]) -> bool:
+        """Append a request's trials and projection as a decision: only while the request
+        is pending in an open run, so it is never recorded twice, whoever else tries.
+        False when it was not pending (nothing appended)."""
+
+        def decide(st: RunState) -> tuple[list[Item], bool]:
+            if st.closed or request_id not in st.pending:
+                return [], False
+            return items, True
+
+        return self._decide(run_id, decide)
 
     def _request_lock_path(self, run_id: str, request_id: str) -> Path:
         return self.settings.runs_dir / f"{run_id}.requests" / f"{request_id}.lock"
@@ -933,6 +962,16 @@ class RunService:
         except (HoledgerError, ValueError):
             return None
         if opened.task_digest != task.digest or opened.optimizer != BASELINE_OPTIMIZER:
+            return None
+        backend = RunConfig.load(self.settings, run_id).backend
+        try:
+            get_backend(backend)
+        except HoledgerError as exc:
+            log.warning(
+                "the baseline run %s cut short cannot be finished (%s): starting another",
+                run_id,
+                exc.one_line(),
+            )
             return None
         state = self.states.current(run_id)
         if state.closed and state.scored is None:
@@ -1178,14 +1217,32 @@ def _request_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
     recorded, since the state is read again under the lock.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
+    while True:
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            if not _same_file(handle.fileno(), path):
+                # Its holder removed it before letting go: the lock is the file now at
+                # the path, if any. Without waiting, say it is held (its holder has just
+                # finished, and the caller looks again next time).
+                if wait:
+                    continue
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                path.unlink(missing_ok=True)
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             return
-        try:
-            yield True
-        finally:
-            path.unlink(missing_ok=True)
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from holedger.config import Settings
-from holedger.errors import PolicyError
+from holedger.errors import PolicyError, Unavailable
 from holedger.gateway.tokens import tokens_table
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
@@ -40,7 +41,7 @@ from .test_runs import slow_main
 from .tinytask import CASES, model_task, write_seed, write_task_folder
 
 REPO = Path(__file__).resolve().parents[2]
-LEFT = "not recorded: the server stopped"
+LEFT = "not recorded: the evaluation of its request ended before recording it"
 
 
 def _replay_failures(ledger: Ledger, run_id: str) -> str:
@@ -371,3 +372,123 @@ def test_a_seed_baseline_cut_short_is_finished_by_the_next_run_open(
     third = service.open_run("tiny")
     assert third.seed_baseline == opened.seed_baseline
     assert len(service.ledger.run_ids()) == 3
+
+
+def test_a_request_is_never_recorded_twice(
+    fresh_service: RunService,
+    fresh_home: Settings,
+    tiny: ServerTask,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two recoverers that both got past the lock (or an evaluation and a recoverer) append
+    the request's trials as a decision: the second finds it recorded and appends nothing."""
+    service = fresh_service
+    run_id = service.open_run("tiny", baseline=False).run_id
+    _interrupt_before_trials(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        service.evaluate(run_id, "seed", "dev", ["dev-1"], 1)
+    request = next(iter(service.state(run_id).pending.values()))
+    other = _service(fresh_home, tiny)
+    try:
+        assert service._record_left(run_id, request) is True
+        before = list(service.ledger.records(run_id))
+        assert other._record_left(run_id, request) is False
+        # Even with its events built before the first appended them, the second appends
+        # nothing: the append is decided on the run as it is then.
+        again = [
+            (r.type, r.payload, "server")
+            for r in before
+            if r.type in ("TrialCompleted", "SafetyViolation", "DisclosureProjected")
+        ]
+        assert len(again) == 3
+        assert other._record_request(run_id, request.request_id, again) is False
+        assert [r.seq for r in service.ledger.records(run_id)] == [r.seq for r in before]
+    finally:
+        other.close()
+        other.ledger.close()
+    _verifies_but_open(service.ledger, run_id)
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_held_twice(tmp_path: Path) -> None:
+    """The holder of a request's lock removes the file before letting go. One who opened
+    the old file and locks it afterwards must not count as holding the lock, or a third
+    could lock the new file at the same path and both would hold it."""
+    from holedger.server.service import _request_lock
+
+    path = tmp_path / "runs" / "r.requests" / "req.lock"
+    held: list[bool] = []
+    release = threading.Event()
+    opened = threading.Event()
+
+    def waiter() -> None:
+        with _request_lock(path) as ok:  # waits for the holder, then holds the lock
+            held.append(ok)
+            opened.set()
+            release.wait(30)
+
+    with _request_lock(path) as first:
+        assert first
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.5)  # the waiter has opened the file and waits in flock
+    assert opened.wait(30) and held == [True]
+    with _request_lock(path, wait=False) as third:
+        assert third is False  # the waiter holds the file now at the path
+    release.set()
+    thread.join(30)
+    with _request_lock(path, wait=False) as fourth:
+        assert fourth is True
+
+
+def test_a_nomination_is_refused_while_an_evaluation_runs(
+    fresh_service: RunService, tiny: ServerTask
+) -> None:
+    """A nomination would close the run under an evaluation still running (whose trials
+    would then follow RunClosed): it is refused until that evaluation is recorded."""
+    service = fresh_service
+    run_id = service.open_run("tiny").run_id
+    slow = candidate_with_main(service, run_id, tiny, slow_main(2))
+    worker, done = evaluate_in_background(service, run_id, slow, ["dev-1"])
+    try:
+        _wait_for(lambda: _left_behind(service.ledger, run_id), "the request to be recorded")
+        before = [r.seq for r in service.ledger.records(run_id)]
+        with pytest.raises(Unavailable, match="1 evaluation still running"):
+            service.nominate(run_id, "seed")
+        assert service.state(run_id).nominated is None
+        assert [r.seq for r in service.ledger.records(run_id)][: len(before)] == before
+    finally:
+        worker.join(timeout=60)
+    assert len(done) == 1
+    service.nominate(run_id, "seed")
+    assert_replay_verifies(service.ledger, run_id)
+
+
+def test_a_baseline_run_whose_backend_is_gone_is_not_resumed(
+    fresh_service: RunService, tiny: ServerTask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A baseline run cut short whose backend can no longer be used is left behind, and
+    the next `run open` starts another rather than failing on it for good."""
+    from holedger.errors import SandboxError
+    from holedger.server import service as service_module
+    from holedger.server.service import RunConfig
+
+    service = fresh_service
+    _interrupt_before_trials(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        service.open_run("tiny")
+    [stuck] = service.ledger.run_ids()
+    RunConfig("tiny", "docker").save(service.settings, stuck)  # as if it had used docker
+    real = service_module.get_backend
+
+    def no_docker(name: str | None = None) -> Any:
+        if name == "docker":
+            raise SandboxError("sandbox backend 'docker' is unavailable")
+        return real(name)
+
+    monkeypatch.setattr(service_module, "get_backend", no_docker)
+    opened = service.open_run("tiny")
+    assert opened.seed_baseline is not None
+    assert opened.seed_baseline.baseline_run_id not in (stuck, opened.run_id)
+    assert len(service.ledger.run_ids()) == 3
+    assert service.state(stuck).scored is None  # left as it was
+    assert_replay_verifies(service.ledger, opened.seed_baseline.baseline_run_id)
