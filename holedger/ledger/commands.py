@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 from holedger.ledger.keys import PublicKey
 from holedger.output import console, emit_json, settings, table
+from holedger.replay.report import counted
 
 
 def open_ledger(ctx: click.Context) -> Ledger:
@@ -108,11 +109,21 @@ def _minute(time: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
-    """Show one run: its task, keys and event counts by type."""
+    """Show one run: its task, keys, event counts by type, and accepted requests still
+    without trials."""
     ledger = open_ledger(ctx)
     run_id = ledger.resolve_run(run)
     opened = ledger.run_terms(run_id)
-    counts: Counter[str] = Counter(rec.type for rec in ledger.records(run_id))
+    counts: Counter[str] = Counter()
+    unprojected: dict[str, None] = {}  # accepted dev/val requests without a projection
+    for rec in ledger.records(run_id):
+        counts[rec.type] += 1
+        payload = rec.payload
+        if rec.type == "EvaluationRequested" and payload.get("decision") == "accepted":
+            if payload.get("split") != "test":
+                unprojected[str(payload.get("request_id"))] = None
+        elif rec.type == "DisclosureProjected":
+            unprojected.pop(str(payload.get("request_id")), None)
     info = next(i for i in ledger.runs() if i.run_id == run_id)
     data = {
         "run_id": run_id,
@@ -122,6 +133,7 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         "state": info.state,
         "events": info.events,
         "by_type": dict(sorted(counts.items())),
+        "unprojected_requests": list(unprojected),
         "keys": {
             role: {**k.model_dump(), "vkey": _declared_vkey(k.name, k.public_key, k.key_id)}
             for role, k in opened.keys.items()
@@ -138,6 +150,12 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         click.echo(f"key {role}  {vkey or 'malformed (replay reports it)'}")
     rows = [[name, n] for name, n in sorted(counts.items())]
     console().print(table(None, ["event", "count"], rows))
+    if unprojected:
+        click.echo(
+            f"{counted(len(unprojected), 'accepted request')} without trials or projection "
+            f"yet: {', '.join(unprojected)} (still being evaluated, or left by a server that "
+            f"stopped: 'holedger run recover {run_id}' records them)"
+        )
 
 
 def _declared_vkey(name: str, public_key: str, key_id: str) -> str | None:

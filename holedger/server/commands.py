@@ -89,11 +89,12 @@ def run_open(
 def run_recover(ctx: click.Context, run: str, as_json: bool) -> None:
     """Record the requests of RUN a stopped server left without trials, as not run.
 
-    A server killed while trials ran (or an evaluation that failed before recording them)
-    leaves their accepted request without trials or projection, and replay fails on it. This records each such trial as not run (score 0,
-    a sandbox_error violation; the model calls it made are its tokens), then the
-    request's projection. Requests still being evaluated by a live process are left
-    alone. Every later eval and nominate of RUN does the same first.
+    A server killed while trials ran (or an evaluation that failed before recording
+    them) leaves their accepted request without trials or projection, and replay fails
+    on it. This records each such trial as not run (score 0, a sandbox_error violation;
+    the model calls it made are its tokens), then the request's projection. Requests
+    still being evaluated by a live process are left alone. Every later eval and
+    nominate of RUN does the same first.
     """
     with _service(ctx) as service:
         run_id = service.ledger.resolve_run(run)

@@ -116,6 +116,9 @@ def test_an_eval_killed_outright_is_recorded_by_run_recover(
         worker.wait(timeout=30)
         [left] = _left_behind(ledger, run_id)
         assert "trials never recorded" in _replay_failures(ledger, run_id)
+        shown = run("run", "show", run_id)
+        assert f"1 accepted request without trials or projection yet: {left}" in shown
+        assert f"'holedger run recover {run_id}'" in shown
 
         out = run("run", "recover", run_id)
         assert f"recorded request {left}" in out
@@ -137,6 +140,8 @@ def test_an_eval_killed_outright_is_recorded_by_run_recover(
         )
         assert all(e["mean"] == "0" for e in projection["projection"]["cases"].values())
         _verifies_but_open(ledger, run_id)
+        assert json.loads(run("run", "show", run_id, "--json"))["unprojected_requests"] == []
+        assert "without trials" not in run("run", "show", run_id)
 
         again = json.loads(run("run", "recover", run_id, "--json"))
         assert again == {
