@@ -707,7 +707,9 @@ def verify_attestation_cmd(
 ) -> None:
     """Verify a result attestation's DSSE signature and print its statement.
 
-    Exit 0 verified, 1 verification failed, 2 bad usage.
+    Exit 0 when the signature verifies and the attested run's verdict is "verified"; 1
+    when the signature (or the bundle subject) fails, or the attestation says its run
+    failed replay; 2 bad usage.
     """
     from holedger.ledger.attest import verify_attestation
 
@@ -725,20 +727,36 @@ def verify_attestation_cmd(
             digest = _file_sha256(bundle_file)
             if not any(s["digest"].get("sha256") == digest for s in statement["subject"]):
                 raise VerificationError("the bundle is not a subject of the attestation")
-        result: dict[str, Any] = {"verified": True, "statement": statement}
+        pred = statement.get("predicate") or {}
+        # A valid signature on "this run failed" is no passing result: the exit status
+        # says whether the attested run verified, so a script checking it alone is safe.
+        run_ok = isinstance(pred, dict) and pred.get("verdict") == "verified"
+        result: dict[str, Any] = {
+            "verified": True,
+            "run_verified": run_ok,
+            "statement": statement,
+        }
     except VerificationError as exc:
-        result = {"verified": False, "reason": exc.message}
+        result = {"verified": False, "run_verified": False, "reason": exc.message}
     if as_json:
         emit_json(result)
-    elif result["verified"]:
-        pred = result["statement"]["predicate"]
+    elif result["run_verified"]:
         console().print(
             f"[bold green]VERIFIED[/] run {plain(pred.get('run_id'))}: verdict "
             f"{plain(pred.get('verdict'))}, g {plain(score_text(pred.get('g')))}"
         )
+    elif result["verified"]:
+        failed = pred.get("failed_checks") if isinstance(pred, dict) else None
+        checks = ", ".join(str(c) for c in failed) if isinstance(failed, list) else "?"
+        console().print(
+            f"[bold red]RUN FAILED[/] the signature verifies, but it attests that run "
+            f"{plain(pred.get('run_id') if isinstance(pred, dict) else '?')} did not verify "
+            f"(verdict {plain(pred.get('verdict') if isinstance(pred, dict) else '?')}; "
+            f"failed checks: {plain(checks)})"
+        )
     else:
         console().print(f"[bold red]FAILED[/] {plain(result['reason'])}")
-    sys.exit(0 if result["verified"] else 1)
+    sys.exit(0 if result["run_verified"] else 1)
 
 
 def register(cli: click.Group) -> None:

@@ -12,6 +12,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from holedger.cli import cli
+from holedger.ledger.attest import attest
 from holedger.ledger.note import parse_note, parse_tlog_proof
 from holedger.ledger.records import parse_record
 from holedger.schemas.events import SafetyViolation
@@ -236,6 +237,21 @@ def test_attestation_round_trip_and_independent_dsse_check(
     env["payload"] = base64.b64encode(payload.replace(b'"verified"', b'"failed"')).decode()
     att.write_text(json.dumps(env))
     assert run(sample, "verify-attestation", str(att), "--trusted-key", vkey)[0] == 1
+
+    # Validly signed, but attesting a run that failed replay: not a passing result, so a
+    # script that checks the exit status alone does not take it for one.
+    failed = {**pred, "verdict": "failed", "failed_checks": ["chain", "scores"]}
+    subjects = [(s["name"], s["digest"]["sha256"]) for s in statement["subject"]]
+    att.write_text(json.dumps(attest(subjects, failed, sample.key)))
+    code, out = run(sample, "verify-attestation", str(att), "--trusted-key", vkey)
+    assert code == 1
+    assert out.startswith("RUN FAILED the signature verifies, but it attests that run")
+    assert "failed checks: chain, scores" in out
+    code, out = run(sample, "verify-attestation", str(att), "--trusted-key", vkey, "--json")
+    assert code == 1
+    reported = json.loads(out)
+    assert reported["verified"] is True and reported["run_verified"] is False
+    assert reported["statement"]["predicate"]["verdict"] == "failed"
     # A file that is no envelope at all is bad usage (exit 2), as for verify and
     # verify-proof; a damaged envelope (above) is a failed verification (exit 1).
     for name, text in {

@@ -17,6 +17,7 @@ from rich.console import Console
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.demo.run import DemoSummary, print_summary
+from holedger.ledger.attest import attest
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
@@ -37,7 +38,17 @@ def test_verify_attestation_prints_g_as_replay_does(
     cfg, run_id = home
     att = tmp_path / "result.intoto.json"
     assert _cli(cfg, "attest", run_id, "-o", str(att))[0] == 0
-    vkey = SigningKey.load(cfg.key_path).public.vkey()
+    key = SigningKey.load(cfg.key_path)
+    vkey = key.public.vkey()
+    # The synthetic run has trial tokens without model calls, so replay fails it and
+    # verify-attestation exits 1 on its attestation; the numbers are what is tested
+    # here, so the same statement is signed as verified.
+    code, text = _cli(cfg, "verify-attestation", str(att), "--trusted-key", vkey, "--json")
+    statement = json.loads(text)["statement"]
+    assert code == 1 and statement["predicate"]["failed_checks"] == ["gateway_trial_totals"]
+    subjects = [(s["name"], s["digest"]["sha256"]) for s in statement["subject"]]
+    verified = {**statement["predicate"], "verdict": "verified", "failed_checks": []}
+    att.write_text(json.dumps(attest(subjects, verified, key)))
     code, text = _cli(cfg, "verify-attestation", str(att), "--trusted-key", vkey, "--json")
     assert code == 0, text
     g = json.loads(text)["statement"]["predicate"]["g"]
