@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from holedger.config import Settings
+from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 from holedger.replay.html import write_report
@@ -26,10 +27,11 @@ def replay_in_home(
     ledger: Ledger,
     run_id: str,
     progress: Callable[[int, int], None] | None = None,
+    trusted_keys: Sequence[PublicKey] = (),
 ) -> ReplayReport:
     """Replay with the home's run repository, so the candidate leakage scan can run."""
     extra = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
-    return replay_run(ledger, run_id, extra=extra, progress=progress)
+    return replay_run(ledger, run_id, trusted_keys=trusted_keys, extra=extra, progress=progress)
 
 
 def default_report_path(cfg: Settings, run_id: str) -> Path:

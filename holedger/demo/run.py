@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from holedger.config import Settings
 from holedger.errors import SandboxError
+from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.output import console, plain
 from holedger.replay.html import write_report
@@ -375,7 +376,9 @@ def run_demo(
             ledger.close_run(run_id, reason="aborted", summary={"why": failures[0]})
 
         # 4. replay and report
-        report = replay_in_home(cfg, reader, run_id)
+        # The demo's own home signed the run: its key is the one to pin.
+        home_key = SigningKey.load(cfg.key_path).public
+        report = replay_in_home(cfg, reader, run_id, trusted_keys=[home_key])
         report_path = write_report(reader, run_id, report, cfg.reports_dir / f"{run_id}.html")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

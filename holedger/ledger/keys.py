@@ -126,6 +126,11 @@ class PublicKey:
     def from_vkey(cls, text: str) -> PublicKey:
         """Parse ``name+hexid+base64(0x01||key)``, checking the id against the key."""
         name, hex_id, raw, _ = vkey_parts(text)
+        if len(raw) == 33 and raw[0] == 0x04:
+            raise UsageError(
+                "this is a witness cosignature key (type 0x04), not a log verifier key",
+                hint="give witness keys with --witness",
+            )
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)
         key = cls(check_key_name(name), raw[1:])
@@ -216,6 +221,12 @@ class SigningKey:
                 raise ConfigError(f"no holedger home at {home}", hint=NO_HOME_HINT) from exc
             raise ConfigError(f"no key file at {path}", hint="run 'holedger init'") from exc
         mode = path.stat().st_mode & 0o777
+        if not text.strip().startswith("PRIVATE+KEY+"):
+            # Checked before the mode: a verifier key file is meant to be readable.
+            raise ConfigError(
+                f"{path} is not a holedger private key file",
+                hint="give the private (signing) key file; a verifier key only verifies",
+            )
         if mode & 0o077:
             raise ConfigError(
                 f"key file {path} is readable by others (mode {mode:o})",

@@ -572,7 +572,11 @@ def parse_policy(text: str) -> TlogPolicy:
                 raise UsageError(f"{where}: quorum {words[1]!r} is not defined above")
             quorum = words[1]
         else:
-            raise UsageError(f"{where}: cannot parse {line[:60]!r}")
+            raise UsageError(
+                f"{where}: cannot parse {line[:100]!r}",
+                hint="lines are 'log VKEY [URL]', 'witness NAME VKEY [URL]', "
+                "'group NAME all|any|K MEMBER...' and 'quorum NAME|none'",
+            )
     if quorum is None:
         raise UsageError("policy has no quorum line", hint="add 'quorum none' or a group")
     policy.quorum = quorum

@@ -217,7 +217,10 @@ class RunBundle:
 
 
 def _bad(message: str) -> BundleError:
-    return BundleError(f"malformed bundle: {message}", hint="the file is not a holedger bundle")
+    return BundleError(
+        f"malformed bundle: {message}",
+        hint="the file is truncated or damaged, or is not a holedger bundle",
+    )
 
 
 def _json(body: bytes, what: str) -> dict[str, Any]:

@@ -58,7 +58,10 @@ def _read_text(path: str, what: str) -> str:
     except FileNotFoundError as exc:
         raise NotFoundError(f"no {what} file at {path}", hint="check the file name") from exc
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} file {path} is not UTF-8 text") from exc
+        raise UsageError(
+            f"{what} file {path} is not UTF-8 text",
+            hint=f"give the {what} file itself (a text file), not a bundle or another file",
+        ) from exc
     except OSError as exc:
         raise UsageError(f"cannot read {what} file {path}: {exc.strerror}") from exc
 
@@ -98,14 +101,20 @@ def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | N
         return parse_policy(_read_text(policy_file, "policy"))
     if not witnesses:
         if quorum is not None:
-            raise UsageError("--quorum needs --witness keys")
+            raise UsageError(
+                "--quorum needs --witness keys",
+                hint="name each witness with --witness VKEY (from 'checkpoint witness-key')",
+            )
         return None
     policy = TlogPolicy()
     for i, text in enumerate(witnesses, start=1):
         policy.witnesses[f"w{i}"] = parse_vkey(text).key
     need = len(witnesses) if quorum is None else quorum
     if not 1 <= need <= len(witnesses):
-        raise UsageError(f"--quorum must be between 1 and {len(witnesses)}")
+        raise UsageError(
+            f"--quorum must be between 1 and {len(witnesses)} (the witnesses given)",
+            hint="give as many --witness keys as the quorum needs, or a smaller --quorum",
+        )
     policy.groups["witnesses"] = WitnessGroup("witnesses", need, tuple(policy.witnesses))
     policy.quorum = "witnesses"
     return policy

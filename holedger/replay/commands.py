@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
+from holedger.errors import UsageError
 from holedger.ledger.keys import load_trusted_keys
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
 from holedger.replay.report import ReplayReport, counted, score_text
@@ -16,6 +18,18 @@ def print_report(report: ReplayReport) -> None:
     out = console()
     verdict = "[bold green]VERIFIED[/]" if report.verified else "[bold red]FAILED[/]"
     out.print(f"run {report.run_id}: {verdict} ({report.events} events)")
+    run = report.sections.get("run")
+    if isinstance(run, dict):
+        out.print(
+            f"task {plain(run.get('task_id'))} (digest {plain(run.get('task_digest'))}), "
+            f"optimizer {plain(run.get('optimizer'))}"
+        )
+    trust = report.sections.get("trust")
+    if isinstance(trust, dict) and trust.get("source") != "pinned":
+        out.print(
+            "keys: the run's own, not pinned: anyone's re-signed log would pass as well "
+            "(give the operator's key with --trusted-key)"
+        )
     rows = [
         ["ok" if c.ok else ("FAIL" if c.level == "error" else "WARN"), c.name, c.detail]
         for c in report.checks
@@ -28,7 +42,11 @@ def print_report(report: ReplayReport) -> None:
         ]
         out.print(table("first failures", ["seq", "type", "reason"], rows, fold=("reason",)))
         if report.failures_total > 20:
-            out.print(f"... {report.failures_total - 20} more (see --json)")
+            shown = min(report.failures_total, len(report.failures))
+            out.print(
+                f"... {report.failures_total - 20} more (--json lists the first {shown}; "
+                "the first failure is usually the cause)"
+            )
     budget = report.sections.get("budget_table")
     if isinstance(budget, list) and budget:
         out.print(table("budget", list(budget[0].keys()), [list(r.values()) for r in budget]))
@@ -111,6 +129,11 @@ def replay_cmd(
     from holedger.ledger.store import Ledger
     from holedger.replay.engine import replay_run
 
+    if Path(run).is_file():
+        raise UsageError(
+            f"{run} is a file: replay reads a run from the home's ledger",
+            hint=f"verify a bundle with 'holedger verify {run}'",
+        )
     cfg = settings(ctx)
     keys = load_trusted_keys(list(trusted))
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)

@@ -263,6 +263,14 @@ class _Verifier:
             return
         assert isinstance(opened, RunOpened)
         self.opened = opened
+        self.out.section(
+            "run",
+            {
+                "task_id": opened.task_id,
+                "task_digest": opened.task_digest,
+                "optimizer": opened.optimizer,
+            },
+        )
         declared: dict[str, PublicKey] = {}
         for role_name, info in opened.keys.items():
             role: str = role_name
@@ -298,6 +306,16 @@ class _Verifier:
                 "keys taken on trust from RunOpened: "
                 + ", ".join(taken)
                 + " (pin with --trusted-key)",
+            )
+            # A warning, not a failure: the log is consistent with the keys it declares,
+            # but a log re-signed whole with anyone's key is as consistent.
+            self.out.warn(
+                "keys_pinned",
+                False,
+                "no trusted key given: the checks prove the log consistent with the keys "
+                "it declares, and a log re-signed whole with another key would pass them "
+                "too; pin the operator's verifier key, obtained from the operator and not "
+                "from the run, with --trusted-key",
             )
         self.role_keys = declared
         self.role_state = {}

@@ -82,7 +82,8 @@ class ReplayReport(BaseModel):
         return data
 
     def failed_checks(self) -> list[str]:
-        return [c.name for c in self.checks if not c.ok]
+        """The checks that failed the verdict (warnings, such as isolation, are not)."""
+        return [c.name for c in self.checks if not c.ok and c.level == "error"]
 
 
 class ReportBuilder:

@@ -129,6 +129,7 @@ class ScoresProjection:
             "e_h_plus": _r(e_plus),
             "e_h0": _r(e0),
             "e_h0_source": "pinned seed baseline" if self.baseline else "recorded (not pinned)",
+            "baseline_run_id": None if self.baseline is None else self.baseline.baseline_run_id,
             "g": _r(g),
             "resolution_band": _r(band),
             "exceeds_band": g is not None and g > band,
@@ -177,9 +178,19 @@ class ScoresProjection:
                 out.check(
                     CHECK,
                     True,
-                    f"E(H+) {score_text(self.section['e_h_plus'])}, "
-                    f"E(H0) {score_text(self.section['e_h0'])}, "
-                    f"g {score_text(self.section['g'])} "
-                    f"recomputed from {self.section['cases']} cases x K",
+                    f"E(H+) {score_text(self.section['e_h_plus'])} recomputed from "
+                    f"{self.section['cases']} cases x K; E(H0) "
+                    f"{score_text(self.section['e_h0'])} {_baseline_text(self.section)}; "
+                    f"g {score_text(self.section['g'])} from the two",
                 )
         out.section("scores", self.section)
+
+
+def _baseline_text(section: dict[str, Any]) -> str:
+    """Where E(H0) comes from: a baseline run of its own, checked by verifying that run."""
+    run = section.get("baseline_run_id")
+    if section.get("e_h0_source") != "pinned seed baseline":
+        return "as recorded (no seed baseline pinned)"
+    if run:
+        return f"as pinned from baseline run {run} (verify that run too)"
+    return "as pinned (no baseline run named)"

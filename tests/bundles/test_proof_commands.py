@@ -290,3 +290,61 @@ def test_outputs_go_into_new_folders_and_bad_paths_are_one_line_errors(
         assert code == 2, text
         assert text.startswith("holedger: error:") and text.count("\n") == 1, text
         assert "hint:" in text and "Traceback" not in text
+
+
+def test_a_reviewer_holding_only_files_gets_errors_that_point_the_way(
+    sample: SampleRun, vkey: str, tmp_path: Path
+) -> None:
+    """The mistakes of a third party with handed-over files: each is one line with a hint
+    saying what to give instead."""
+    bundle = tmp_path / "run.hlb"
+    assert run(sample, "export", sample.run_id, "-o", str(bundle))[0] == 0
+    pub = tmp_path / "operator.pub"
+    pub.write_text(vkey + "\n")
+    wkey = tmp_path / "w.key"
+    assert run(sample, "checkpoint", "witness-key", "w.example", "-o", str(wkey))[0] == 0
+    note = tmp_path / "final.note"
+    assert run(sample, "checkpoint", "show", sample.run_id, "-o", str(note))[0] == 0
+    witness_vkey = run(
+        sample, "checkpoint", "witness-key", "w2.example", "-o", str(tmp_path / "w2")
+    )[1].split()[-1]
+    truncated = tmp_path / "cut.hlb"
+    truncated.write_bytes(bundle.read_bytes()[: bundle.stat().st_size // 2])
+    policy = tmp_path / "policy"
+    policy.write_text("logg " + vkey + "\n")
+    cases = {
+        "a bundle given to replay": (
+            ["replay", str(bundle)],
+            f"verify a bundle with 'holedger verify {bundle}'",
+        ),
+        "a quorum without witnesses": (
+            ["verify", str(bundle), "--quorum", "1"],
+            "name each witness with --witness VKEY",
+        ),
+        "a quorum beyond the witnesses": (
+            ["verify", str(bundle), "--witness", witness_vkey, "--quorum", "2"],
+            "give as many --witness keys as the quorum needs",
+        ),
+        "a witness key as a trusted key": (
+            ["verify", str(bundle), "--trusted-key", witness_vkey],
+            "give witness keys with --witness",
+        ),
+        "a verifier key to sign with": (
+            ["checkpoint", "cosign", str(note), "--key", str(pub), "--log-key", vkey],
+            "is not a holedger private key file",
+        ),
+        "a truncated bundle": (["verify", str(truncated)], "truncated or damaged"),
+        "a bundle as a checkpoint": (
+            ["verify", str(bundle), "--checkpoint", str(bundle)],
+            "give the checkpoint file itself",
+        ),
+        "a policy line that is none": (
+            ["verify", str(bundle), "--policy", str(policy)],
+            "lines are 'log VKEY [URL]'",
+        ),
+    }
+    for name, (args, expected) in cases.items():
+        code, out = run(sample, *args)
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert code == 2, (name, out)
+        assert len(lines) == 1 and expected in lines[0], (name, out)

@@ -83,6 +83,11 @@ def test_replay_command_agrees_from_a_fresh_process(tour: TourState) -> None:
     for name in ("signatures", "chain", "checkpoints", "closed", "budget", "scores", "leakage"):
         assert checks[name]["ok"], checks[name]
     assert report["scores"]["g"] == tour.demo["g"]
+    # No key given: the verdict holds for the keys the run declares, and says so.
+    assert "keys_pinned" in report["warnings"]
+    vkey = _holedger(tour.home, "keys", "show").stdout.strip()
+    pinned = _holedger(tour.home, "replay", tour.demo["run_id"], "--trusted-key", vkey, "--json")
+    assert pinned.returncode == 0 and "keys_pinned" not in json.loads(pinned.stdout)["warnings"]
 
 
 def _task_test_items() -> tuple[set[str], set[str], set[str], set[str]]:

@@ -85,6 +85,29 @@ def test_verified_run_exits_0_with_verdict_and_checks(home: tuple[Path, str]) ->
     for check in INTEGRITY_CHECKS:
         assert check in result.output
     assert "taken on trust" in result.output  # no key pinned: it says so
+    assert "keys: the run's own, not pinned" in result.output
+
+
+def test_an_unpinned_verdict_carries_a_warning_and_the_run_is_named(
+    home: tuple[Path, str],
+) -> None:
+    """Without --trusted-key the verdict holds for the keys the run declares, which a
+    log re-signed whole with another key would declare too: a warning says so (in the
+    JSON warnings, for scripts), and pinning the operator's key removes it. Both name the
+    task and optimizer the verdict is about."""
+    path, run_id = home
+    data = json.loads(replay(path, run_id, "--json").output)
+    assert data["verified"] is True and data["warnings"] == ["keys_pinned"]
+    assert data["run"]["task_id"] and data["run"]["optimizer"]
+    vkey = (path / "keys" / "operator.pub").read_text().strip()
+    pinned = replay(path, run_id, "--trusted-key", vkey, "--json")
+    assert pinned.exit_code == 0 and json.loads(pinned.output)["warnings"] == []
+    text = replay(path, run_id, "--trusted-key", vkey).output
+    assert "not pinned" not in text
+    run = data["run"]
+    assert (
+        f"task {run['task_id']} (digest {run['task_digest']}), optimizer {run['optimizer']}" in text
+    )
 
 
 def test_json_report_has_the_documented_members(home: tuple[Path, str]) -> None:

@@ -289,7 +289,8 @@ def failures_of(report: ReplayReport, check: str) -> list[str]:
 
 
 def checks(report: ReplayReport) -> dict[str, bool]:
-    return {c.name: c.ok for c in report.checks}
+    """The checks of the verdict (warnings, such as keys_pinned, are left out)."""
+    return {c.name: c.ok for c in report.checks if c.level == "error"}
 
 
 # --------------------------------------------------------------------------- a candidate repo

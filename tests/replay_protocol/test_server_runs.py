@@ -177,7 +177,12 @@ def test_server_run_verifies_and_the_scan_reports_the_unnominated_cheat(
         assert ok[name], (name, report.failures)
     # the cheat was not nominated: the score stands, the attempt is reported as a warning
     assert ok["candidate_scan"]
-    assert not ok["candidate_scan_unnominated"]
+    warned = {c.name for c in report.checks if c.level == "warning" and not c.ok}
+    assert "candidate_scan_unnominated" in warned
+    baseline = info["baseline_run_id"]
+    assert baseline and report.sections["scores"]["baseline_run_id"] == baseline
+    [detail] = [c.detail for c in report.checks if c.name == "scores"]
+    assert f"as pinned from baseline run {baseline} (verify that run too)" in detail
     assert report.failures == []
     assert report.verified
     warning = {c.name: c for c in report.checks}["candidate_scan_unnominated"]
