@@ -423,6 +423,13 @@ class GitCheck:
         if self.repo is None:
             detail = "candidate history not in the bundle: commit ids not re-checked"
             out.declare("git", detail)
+            out.warn(
+                "git_history",
+                False,
+                "the bundle holds no candidate history: the candidates' code (the nominated "
+                "one's included) and the scan for hard-coded test answers cannot be checked; "
+                "ask for a bundle with it",
+            )
             out.section("git", {"included": False, "candidates": len(self.events)})
             return
         out.declare("git", "every candidate commit id, tree and parent re-checked")
@@ -794,6 +801,7 @@ def verify_bundle(
     policy: TlogPolicy | None = None,
     projections: Sequence[ProjectionFactory] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    task: str | None = None,
 ) -> ReplayReport:
     """Replay a bundle with the replay engine; returns the ReplayReport (plus sections).
 
@@ -803,7 +811,8 @@ def verify_bundle(
     witness cosignatures on the bundle's final checkpoint. ``projections`` defaults to
     the registered replay projections; the bundle's own checks always run. ``progress``,
     when given, is called with (records read, records in the bundle) every
-    PROGRESS_EVERY records and at the end.
+    PROGRESS_EVERY records and at the end. ``task`` (a task name or folder) is the task
+    the leakage audit reads (default: the task the run names, if bundled with holedger).
     """
     from holedger.replay.engine import ReplayContext, verify_records, with_progress
 
@@ -839,7 +848,10 @@ def verify_bundle(
                 bundle,
                 trusted_keys=trusted_keys,
                 projections=[*projections, git, checks],
-                extra={"run_repo": repo} if repo is not None else None,
+                extra={
+                    **({"run_repo": repo} if repo is not None else {}),
+                    **({"task": task} if task else {}),
+                },
             )
         except HoledgerError:
             raise

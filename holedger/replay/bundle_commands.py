@@ -155,6 +155,31 @@ def _load_run(ledger: Any, run: str) -> _RunLog:
 # ---------------------------------------------------------------- export / verify
 
 
+def _check_export_note(ledger: Any, run_id: str, path: str, note: str) -> None:
+    """A note carried in a bundle must be one of the run's own checkpoints, signed by its
+    server key (witness cosignatures are checked by the verifier, against its policy):
+    refused here, before anything is written, rather than found broken by every verifier."""
+    info = ledger.run_terms(run_id).keys.get("server")
+    server = None if info is None else PublicKey.declared(info.name, info.public_key)
+    roots = {
+        int(rec.payload["size"]): str(rec.payload["root"])
+        for rec in ledger.records(run_id)
+        if rec.type == "Checkpoint"
+    }
+    hint = f"give a note made by 'holedger checkpoint show {run_id}' (cosigned or not)"
+    try:
+        cp = verify_checkpoint(
+            note, [server] if server else [], origin=f"holedger/run/{run_id}"
+        ).checkpoint
+    except VerificationError as exc:
+        raise UsageError(f"checkpoint note {path}: {exc.message}", hint=hint) from exc
+    if roots.get(cp.size) != cp.root.hex():
+        raise UsageError(
+            f"checkpoint note {path} (size {cp.size}) is not a checkpoint of run {run_id}",
+            hint=hint,
+        )
+
+
 @click.command("export")
 @click.argument("run")
 @click.option("-o", "--output", "output", required=True, help="The bundle file to write.")
@@ -183,6 +208,8 @@ def export_cmd(
     ledger = _open_ledger(ctx)
     try:
         run_id = ledger.resolve_run(run)
+        for path, note in zip(checkpoint_files, notes, strict=True):
+            _check_export_note(ledger, run_id, path, note)
         summary = export_bundle(
             ledger,
             run_id,
@@ -229,6 +256,12 @@ def export_cmd(
 @click.option("--policy", "policy_file", help="A C2SP tlog-policy file (logs, witnesses, quorum).")
 @click.option("--witness", "witnesses", multiple=True, help="A witness cosigner vkey (0x04).")
 @click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
+@click.option(
+    "--task",
+    "task",
+    default=None,
+    help="A task name or folder for the leakage audit (default: the task the run names).",
+)
 def verify_cmd(
     bundle: str,
     as_json: bool,
@@ -237,6 +270,7 @@ def verify_cmd(
     policy_file: str | None,
     witnesses: tuple[str, ...],
     quorum: int | None,
+    task: str | None,
 ) -> None:
     """Verify a run bundle offline: everything 'holedger replay' checks, from the file alone.
 
@@ -250,7 +284,12 @@ def verify_cmd(
     policy = _policy(policy_file, witnesses, quorum)
     with progress_bar("checking events") as progress:
         report = verify_bundle(
-            bundle, trusted_keys=keys, external_checkpoints=notes, policy=policy, progress=progress
+            bundle,
+            trusted_keys=keys,
+            external_checkpoints=notes,
+            policy=policy,
+            progress=progress,
+            task=task,
         )
     if as_json:
         emit_json(report.to_json())

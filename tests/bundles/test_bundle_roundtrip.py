@@ -125,6 +125,13 @@ def test_run_without_candidate_history_says_so(sample: SampleRun, tmp_path: Path
     assert report.sections["git"] == {"included": False, "candidates": len(sample.commits)}
     git = next(c for c in report.checks if c.name == "git")
     assert "not re-checked" in git.detail
+    # The verdict stands (the log is whole), but a reviewer is told what is not checked.
+    history = next(c for c in report.checks if c.name == "git_history")
+    assert history.level == "warning" and not history.ok
+    assert "scan for hard-coded test answers cannot be checked" in history.detail
+    whole = tmp_path / "whole.hlb"
+    export_bundle(sample.ledger, sample.run_id, whole, repo_path=sample.repo)
+    assert "git_history" not in [c.name for c in verify_bundle(whole).checks]
 
 
 # ------------------------------------------------------------------------ command line

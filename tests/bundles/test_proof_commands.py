@@ -348,3 +348,30 @@ def test_a_reviewer_holding_only_files_gets_errors_that_point_the_way(
         lines = [line for line in out.splitlines() if line.strip()]
         assert code == 2, (name, out)
         assert len(lines) == 1 and expected in lines[0], (name, out)
+
+
+def test_export_refuses_a_checkpoint_note_that_is_not_the_runs(
+    sample: SampleRun, tmp_path: Path
+) -> None:
+    """A note carried in a bundle must be one of the run's checkpoints, signed by its
+    server key: a broken or foreign note is refused before anything is written, instead
+    of making every verifier of the bundle fail."""
+    note = tmp_path / "final.note"
+    assert run(sample, "checkpoint", "show", sample.run_id, "-o", str(note))[0] == 0
+    text = note.read_text()
+    body, _, signatures = text.partition("\n\n")
+    lines = body.split("\n")
+    broken = tmp_path / "broken.note"
+    broken.write_text(
+        "\n".join([lines[0], str(int(lines[1]) + 1), *lines[2:]]) + "\n\n" + signatures
+    )
+    out = tmp_path / "run.hlb"
+    for bad, expected in ((broken, "checkpoint note"), (note, "")):
+        code, output = run(
+            sample, "export", sample.run_id, "-o", str(out), "--checkpoint", str(bad)
+        )
+        if bad is note:
+            assert code == 0, output  # the run's own note is carried
+            continue
+        assert code == 2 and expected in output and "holedger checkpoint show" in output, output
+        assert not out.exists()

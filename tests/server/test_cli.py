@@ -125,6 +125,21 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
     replayed = runner.invoke(cli, [*home, "replay", run_id, "--json"])
     assert replayed.exit_code == 0, replayed.output
 
+    # A third party verifies the bundle of a run on a task of its own: the leakage audit
+    # needs that task, given with --task (holedger does not bundle it).
+    bundle = tmp_path / "run.hlb"
+    run("export", run_id, "-o", str(bundle), "--json")
+    elsewhere = ["--home", str(tmp_path / "nowhere")]
+
+    def audit(*extra: str) -> dict[str, Any]:
+        result = runner.invoke(cli, [*elsewhere, "verify", str(bundle), "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return dict(json.loads(result.output)["leakage"]["audit"])
+
+    assert audit()["status"] == "skipped"
+    audited = audit("--task", str(task_dir))
+    assert audited["status"] == "done" and audited["findings"] == []
+
 
 CRASHING_MAIN = """import json, sys
 q = json.loads(sys.stdin.read())["q"]
