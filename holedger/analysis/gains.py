@@ -2,19 +2,23 @@
 
 For every scored run: E(H+), the pinned E(H0), g = (E(H+) - E(H0)) / (1 - E(H0)), the
 task's resolution band and whether g clears it, and the share of each search-budget
-component the optimizer used. Grouped by (task, optimizer): run count, mean, min and max
-g, and the fraction of runs whose g clears the band. Everything is read from signed
-events (optionally only from runs that replay verifies); nothing is re-executed.
+component the optimizer used. Grouped by (task, task digest, optimizer), so versions of
+a task are never pooled: run count, mean, min and max g (exact rationals, with floats
+beside them for plotting), and the fraction of runs whose g clears the band. Everything
+is read from signed events, of a ledger or of run bundles (optionally only from runs that
+replay verifies); nothing is re-executed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from holedger.ledger.keys import PublicKey
+from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import EvaluationRequested, RunOpened, RunScored
@@ -27,6 +31,7 @@ BASELINE_OPTIMIZER = "seed-baseline"
 class RunGain:
     run_id: str
     task_id: str
+    task_digest: str
     optimizer: str
     e_h_plus: Fraction
     e_h0: Fraction
@@ -43,6 +48,7 @@ class RunGain:
         return {
             "run_id": self.run_id,
             "task_id": self.task_id,
+            "task_digest": self.task_digest,
             "optimizer": self.optimizer,
             "e_h_plus": rational_to_str(self.e_h_plus),
             "e_h0": rational_to_str(self.e_h0),
@@ -51,6 +57,7 @@ class RunGain:
             "resolution_band": rational_to_str(self.band),
             "above_band": self.above_band,
             "budget_used": {k: float(v) for k, v in self.budget_used.items()},
+            "budget_used_exact": {k: rational_to_str(v) for k, v in self.budget_used.items()},
             "verified": self.verified,
         }
 
@@ -58,6 +65,7 @@ class RunGain:
 @dataclass
 class GroupSummary:
     task_id: str
+    task_digest: str
     optimizer: str
     gains: list[Fraction] = field(default_factory=list)
     above: int = 0
@@ -65,13 +73,19 @@ class GroupSummary:
 
     def to_json(self) -> dict[str, Any]:
         n = len(self.gains)
+        mean = sum(self.gains, Fraction(0)) / n if n else None
+        low, high = (min(self.gains), max(self.gains)) if n else (None, None)
         return {
             "task_id": self.task_id,
+            "task_digest": self.task_digest,
             "optimizer": self.optimizer,
             "runs": n + self.undefined,
-            "mean_g": float(sum(self.gains, Fraction(0)) / n) if n else None,
-            "min_g": float(min(self.gains)) if n else None,
-            "max_g": float(max(self.gains)) if n else None,
+            "mean_g": None if mean is None else float(mean),
+            "min_g": None if low is None else float(low),
+            "max_g": None if high is None else float(high),
+            "mean_g_exact": None if mean is None else rational_to_str(mean),
+            "min_g_exact": None if low is None else rational_to_str(low),
+            "max_g_exact": None if high is None else rational_to_str(high),
             "above_band": self.above,
             "above_band_fraction": self.above / (n + self.undefined)
             if n + self.undefined
@@ -81,10 +95,15 @@ class GroupSummary:
 
 def run_gain(ledger: Ledger, run_id: str) -> RunGain | None:
     """The gain of one run, or None when the run was never scored."""
+    return gain_of(run_id, ledger.records(run_id))
+
+
+def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
+    """The gain of a run from its records (a ledger's or a bundle's), None if unscored."""
     opened: RunOpened | None = None
     scored: RunScored | None = None
     used = no_use()
-    for rec in ledger.records(run_id):
+    for rec in records:
         if rec.type == "RunOpened":
             payload = rec.typed_payload()
             assert isinstance(payload, RunOpened)
@@ -110,6 +129,7 @@ def run_gain(ledger: Ledger, run_id: str) -> RunGain | None:
     return RunGain(
         run_id=run_id,
         task_id=opened.task_id,
+        task_digest=opened.task_digest,
         optimizer=opened.optimizer,
         e_h_plus=scored.e_h_plus,
         e_h0=scored.e_h0,
@@ -126,9 +146,11 @@ def collect(
     include_baselines: bool = False,
     verify: bool = False,
     excluded: list[str] | None = None,
+    trusted_keys: Sequence[PublicKey] = (),
 ) -> list[RunGain]:
-    """Every scored run's gain, optionally only runs that replay verifies (the ids of the
-    scored runs that do not are appended to ``excluded`` when it is given)."""
+    """Every scored run's gain, optionally only runs that replay verifies (with
+    ``trusted_keys`` pinned, if given; the ids of the scored runs that do not verify are
+    appended to ``excluded`` when it is given)."""
     gains = []
     for info in ledger.runs():
         if info.state != "closed" or (task_id and info.task_id != task_id):
@@ -141,7 +163,7 @@ def collect(
         if verify:
             from holedger.replay.engine import replay_run
 
-            ok = replay_run(ledger, info.run_id).verified
+            ok = replay_run(ledger, info.run_id, trusted_keys=trusted_keys).verified
             gain = RunGain(**{**gain.__dict__, "verified": ok})
             if not ok:
                 if excluded is not None:
@@ -151,12 +173,44 @@ def collect(
     return gains
 
 
+def collect_bundles(
+    paths: Sequence[str],
+    *,
+    task_id: str | None = None,
+    include_baselines: bool = False,
+    verify: bool = False,
+    excluded: list[str] | None = None,
+    trusted_keys: Sequence[PublicKey] = (),
+) -> list[RunGain]:
+    """As :func:`collect`, from run bundles (``holedger export``) instead of a ledger."""
+    from holedger.ledger.records import parse_record
+    from holedger.replay.bundle import open_bundle, verify_bundle
+
+    gains = []
+    for path in paths:
+        with open_bundle(path) as bundle:
+            gain = gain_of(bundle.run_id, (parse_record(raw) for raw in bundle.records()))
+        if gain is None or (task_id and gain.task_id != task_id):
+            continue
+        if gain.optimizer == BASELINE_OPTIMIZER and not include_baselines:
+            continue
+        if verify:
+            ok = verify_bundle(path, trusted_keys=trusted_keys).verified
+            gain = RunGain(**{**gain.__dict__, "verified": ok})
+            if not ok:
+                if excluded is not None:
+                    excluded.append(gain.run_id)
+                continue
+        gains.append(gain)
+    return gains
+
+
 def summarize(gains: Iterable[RunGain]) -> list[GroupSummary]:
-    groups: dict[tuple[str, str], GroupSummary] = defaultdict(lambda: GroupSummary("", ""))
+    groups: dict[tuple[str, str, str], GroupSummary] = defaultdict(lambda: GroupSummary("", "", ""))
     for gain in gains:
-        key = (gain.task_id, gain.optimizer)
+        key = (gain.task_id, gain.task_digest, gain.optimizer)
         group = groups[key]
-        group.task_id, group.optimizer = key
+        group.task_id, group.task_digest, group.optimizer = key
         if gain.g is None:
             group.undefined += 1
             continue

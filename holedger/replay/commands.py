@@ -49,6 +49,8 @@ def print_report(report: ReplayReport) -> None:
             )
     budget = report.sections.get("budget_table")
     if isinstance(budget, list) and budget:
+        if report.judged_on:  # after a break: the table is of the intact part only
+            out.print(f"budget: {plain(report.judged_on.strip())}")
         out.print(table("budget", list(budget[0].keys()), [list(r.values()) for r in budget]))
     print_scores(report)
     safety = report.sections.get("safety")

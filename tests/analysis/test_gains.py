@@ -96,3 +96,53 @@ def test_runs_that_fail_replay_are_named_when_left_out(tmp_path: Path) -> None:
     text = runner.invoke(cli, [*args, "--verify"]).output
     assert f"1 scored run left out: replay does not verify {inflated.run_id[:8]}" in text
     assert "not replayed: --verify" in runner.invoke(cli, args).output
+
+
+def test_gains_from_bundles_alone_match_the_ledgers(tmp_path: Path) -> None:
+    """A reviewer with bundles and no home computes the same gains, exact and pinned."""
+    home, runner, ledger = _initialised_home(tmp_path)
+    first, second = _scored_run(ledger), _scored_run(ledger)
+    key = SigningKey.load(Settings.resolve(home).key_path).public.vkey()
+    bundles = []
+    for writer in (first, second):
+        path = tmp_path / f"{writer.run_id}.hlb"
+        args = ["--home", str(home), "export", writer.run_id, "-o", str(path)]
+        assert runner.invoke(cli, args).exit_code == 0
+        bundles += ["--bundle", str(path)]
+    from_home = json.loads(
+        runner.invoke(cli, ["--home", str(home), "analysis", "gains", "--json"]).output
+    )
+    nowhere = ["--home", str(tmp_path / "nowhere"), "analysis", "gains"]
+    result = runner.invoke(cli, [*nowhere, *bundles, "--verify", "--trusted-key", key, "--json"])
+    assert result.exit_code == 0, result.output
+    from_bundles = json.loads(result.output)
+    assert not (tmp_path / "nowhere").exists()
+    assert from_bundles["excluded"] == [] and from_bundles["replayed"] is True
+    assert [r["verified"] for r in from_bundles["runs"]] == [True, True]
+    strip = [{k: v for k, v in r.items() if k != "verified"} for r in from_bundles["runs"]]
+    assert sorted(strip, key=lambda r: r["run_id"]) == sorted(
+        ({k: v for k, v in r.items() if k != "verified"} for r in from_home["runs"]),
+        key=lambda r: r["run_id"],
+    )
+    (group,) = from_bundles["groups"]
+    g = Fraction(from_bundles["runs"][0]["g"])  # both runs score alike
+    assert Fraction(group["mean_g_exact"]) == g and group["mean_g"] == float(g)
+    assert group["task_digest"] == from_bundles["runs"][0]["task_digest"]
+    # Pinned to a stranger's key, nothing verifies: both are left out, by name.
+    stranger = SigningKey.generate("holedger-operator").public.vkey()
+    args = [*nowhere, *bundles, "--verify", "--trusted-key", stranger, "--json"]
+    refused = json.loads(runner.invoke(cli, args).output)
+    assert refused["runs"] == [] and sorted(refused["excluded"]) == sorted(
+        [first.run_id, second.run_id]
+    )
+
+
+def test_runs_of_two_versions_of_a_task_are_not_pooled(tmp_path: Path) -> None:
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", SigningKey.generate("t"))
+    _scored_run(ledger)
+    other = RunWriter(ledger, terms(seed_commit=SEED), task_digest="c" * 64)
+    honest_search(other, SEED, CAND)
+    honest_finish(other, CAND)
+    groups = summarize(collect(ledger))
+    assert len(groups) == 2 and "c" * 64 in {g.task_digest for g in groups}
+    assert all(g.to_json()["runs"] == 1 for g in groups)

@@ -103,12 +103,14 @@ def answer_of(case_id: str, attempt: int) -> Any:
 class RunWriter:
     """Writes one run event by event; ``honest`` decisions come from the rules."""
 
-    def __init__(self, ledger: Ledger, run_terms: TaskTerms) -> None:
+    def __init__(
+        self, ledger: Ledger, run_terms: TaskTerms, *, task_digest: str = TASK_DIGEST
+    ) -> None:
         self.ledger = ledger
         self.terms = run_terms
         self.run_id = ledger.open_run(
             run_terms,
-            task_digest=TASK_DIGEST,
+            task_digest=task_digest,
             optimizer="test",
             seed_baseline=SeedBaseline(e_h0=E_H0, k=K),
         )

@@ -208,6 +208,8 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
         assert any(line.startswith(f"{name}: {judged} ") for line in lines), (name, shown)
     if report.sections.get("scores", {}).get("scored"):
         assert any(line.startswith(f"scores: {judged} E(H+) ") for line in lines), shown
+    if report.sections.get("budget_table"):
+        assert f"budget: {judged}" in lines, shown
 
 
 def test_counts_in_check_details_take_the_number_they_need() -> None:
