@@ -87,12 +87,15 @@ def gains_cmd(
         )
         return
     if verify:
+        see = "holedger verify BUNDLE" if bundles else "holedger replay RUN"
         note = (
             f"{counted(len(excluded), 'scored run')} left out: replay does not verify "
-            f"{', '.join(r[:8] for r in excluded)} (see 'holedger replay RUN')"
+            f"{', '.join(r[:8] for r in excluded)} (see '{see}')"
             if excluded
             else "every scored run verifies"
         )
+        if not keys:
+            note += " (under the keys each run declares: pin them with --trusted-key)"
     else:
         note = "not replayed: --verify counts only the runs that verify"
     if not gains:

@@ -187,11 +187,15 @@ def collect_bundles(
     from holedger.replay.bundle import open_bundle, verify_bundle
 
     gains = []
+    seen: set[str] = set()
     for path in paths:
         with open_bundle(path) as bundle:
+            if bundle.run_id in seen:  # one run, however many bundles of it, counts once
+                continue
             gain = gain_of(bundle.run_id, (parse_record(raw) for raw in bundle.records()))
         if gain is None or (task_id and gain.task_id != task_id):
             continue
+        seen.add(gain.run_id)
         if gain.optimizer == BASELINE_OPTIMIZER and not include_baselines:
             continue
         if verify:

@@ -129,7 +129,8 @@ class PublicKey:
         if len(raw) == 33 and raw[0] == 0x04:
             raise UsageError(
                 "this is a witness cosignature key (type 0x04), not a log verifier key",
-                hint="give witness keys with --witness",
+                hint="give the operator's verifier key here ('holedger keys show'); a witness "
+                "key goes where one is asked for, such as 'verify --witness'",
             )
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise UsageError("verifier key is not an Ed25519 key", hint=VKEY_HINT)

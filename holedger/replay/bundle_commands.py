@@ -687,6 +687,7 @@ def run_result(
         "budget_use": budget,
         "verdict": "verified" if report.verified else "failed",
         "failed_checks": report.failed_checks(),
+        "warnings": [c.name for c in report.checks if c.level == "warning" and not c.ok],
         "events": len(records),
         "checkpoint": {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()},
         "keys": {
@@ -718,7 +719,9 @@ def attest_cmd(
     try:
         run_id = ledger.resolve_run(run)
         with progress_bar("checking events") as progress:
-            report = replay_run(ledger, run_id, progress=progress)
+            # Pinned to the key that signs the attestation: "verified" then means under
+            # this operator's key, not under whatever keys the run declares.
+            report = replay_run(ledger, run_id, trusted_keys=[key.public], progress=progress)
         log = _load_run(ledger, run_id)
     finally:
         ledger.close()

@@ -131,7 +131,7 @@ def replay_cmd(
     from holedger.ledger.store import Ledger
     from holedger.replay.engine import replay_run
 
-    if Path(run).is_file():
+    if Path(run).is_file() and not all(c in "0123456789abcdef-" for c in run.lower()):
         raise UsageError(
             f"{run} is a file: replay reads a run from the home's ledger",
             hint=f"verify a bundle with 'holedger verify {run}'",

@@ -441,7 +441,7 @@ class _Verifier:
             # events after the first break were not applied): say so on each of them.
             through = self.verified_through
             out.qualify(
-                {name for name, _ in CHECKS},
+                {name for name, _ in CHECKS} | {"keys_pinned", "git_history"},
                 f"[judged on seq 0 to {through} only, where the log is intact] "
                 if through >= 0
                 else "[judged on no event: the log is broken from its start] ",

@@ -113,7 +113,8 @@ def test_gains_from_bundles_alone_match_the_ledgers(tmp_path: Path) -> None:
         runner.invoke(cli, ["--home", str(home), "analysis", "gains", "--json"]).output
     )
     nowhere = ["--home", str(tmp_path / "nowhere"), "analysis", "gains"]
-    result = runner.invoke(cli, [*nowhere, *bundles, "--verify", "--trusted-key", key, "--json"])
+    twice = [*bundles, *bundles]  # one run, however many bundles of it, counts once
+    result = runner.invoke(cli, [*nowhere, *twice, "--verify", "--trusted-key", key, "--json"])
     assert result.exit_code == 0, result.output
     from_bundles = json.loads(result.output)
     assert not (tmp_path / "nowhere").exists()
@@ -135,6 +136,10 @@ def test_gains_from_bundles_alone_match_the_ledgers(tmp_path: Path) -> None:
     assert refused["runs"] == [] and sorted(refused["excluded"]) == sorted(
         [first.run_id, second.run_id]
     )
+    text = runner.invoke(cli, [*nowhere, *bundles, "--verify", "--trusted-key", stranger]).output
+    assert "(see 'holedger verify BUNDLE')" in text
+    unpinned = runner.invoke(cli, [*nowhere, *bundles, "--verify"]).output
+    assert "under the keys each run declares: pin them with --trusted-key" in unpinned
 
 
 def test_runs_of_two_versions_of_a_task_are_not_pooled(tmp_path: Path) -> None:

@@ -24,12 +24,13 @@ from holedger.replay.report import ReplayReport
 from .bundlefile import entries_of, rewrite
 from .conftest import CHECKPOINT_INTERVAL, SampleRun, record_sample
 
-BUNDLE_ONLY = {"git", "bundle_keys", "published_checkpoints", "witnesses"}
+BUNDLE_ONLY = {"git", "git_history", "bundle_keys", "published_checkpoints", "witnesses"}
 
 
 def _core(report: ReplayReport) -> dict[str, object]:
     data = report.to_json()
     data["checks"] = [c for c in data["checks"] if c["name"] not in BUNDLE_ONLY]
+    data["warnings"] = [name for name in data["warnings"] if name not in BUNDLE_ONLY]
     for section in ("git", "bundle", "checkpoint_notes"):
         data.pop(section, None)
     return data

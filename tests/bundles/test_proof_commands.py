@@ -217,6 +217,8 @@ def test_attestation_round_trip_and_independent_dsse_check(
     statement = json.loads(text)["statement"]
     pred = statement["predicate"]
     assert pred["run_id"] == sample.run_id and pred["verdict"] == "verified"
+    # Replayed with the attesting key pinned, so that warning is not among its warnings.
+    assert isinstance(pred["warnings"], list) and "keys_pinned" not in pred["warnings"]
     assert pred["task_id"] == "bundle-task" and pred["events"] > 20
     last = parse_record([r for _, r in sample.ledger.raw_records(sample.run_id)][-1])
     assert statement["subject"][0]["digest"]["sha256"] == last.payload["root"]
@@ -293,7 +295,7 @@ def test_outputs_go_into_new_folders_and_bad_paths_are_one_line_errors(
 
 
 def test_a_reviewer_holding_only_files_gets_errors_that_point_the_way(
-    sample: SampleRun, vkey: str, tmp_path: Path
+    sample: SampleRun, vkey: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The mistakes of a third party with handed-over files: each is one line with a hint
     saying what to give instead."""
@@ -327,7 +329,7 @@ def test_a_reviewer_holding_only_files_gets_errors_that_point_the_way(
         ),
         "a witness key as a trusted key": (
             ["verify", str(bundle), "--trusted-key", witness_vkey],
-            "give witness keys with --witness",
+            "a witness key goes where one is asked for, such as 'verify --witness'",
         ),
         "a verifier key to sign with": (
             ["checkpoint", "cosign", str(note), "--key", str(pub), "--log-key", vkey],
@@ -348,6 +350,11 @@ def test_a_reviewer_holding_only_files_gets_errors_that_point_the_way(
         lines = [line for line in out.splitlines() if line.strip()]
         assert code == 2, (name, out)
         assert len(lines) == 1 and expected in lines[0], (name, out)
+    # A file that happens to be named as a run's id prefix is no bundle given to replay.
+    monkeypatch.chdir(tmp_path)
+    prefix = sample.run_id[:8]
+    (tmp_path / prefix).write_text("notes\n")
+    assert run(sample, "replay", prefix)[0] in (0, 1)
 
 
 def test_export_refuses_a_checkpoint_note_that_is_not_the_runs(
