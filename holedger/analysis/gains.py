@@ -12,7 +12,7 @@ replay verifies); nothing is re-executed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -160,16 +160,15 @@ def collect(
         gain = run_gain(ledger, info.run_id)
         if gain is None:
             continue
-        if verify:
+
+        def replayed(run_id: str = info.run_id) -> bool:
             from holedger.replay.engine import replay_run
 
-            ok = replay_run(ledger, info.run_id, trusted_keys=trusted_keys).verified
-            gain = RunGain(**{**gain.__dict__, "verified": ok})
-            if not ok:
-                if excluded is not None:
-                    excluded.append(info.run_id)
-                continue
-        gains.append(gain)
+            return replay_run(ledger, run_id, trusted_keys=trusted_keys).verified
+
+        kept = _kept(gain, include_baselines, replayed if verify else None, excluded)
+        if kept is not None:
+            gains.append(kept)
     return gains
 
 
@@ -196,17 +195,33 @@ def collect_bundles(
         if gain is None or (task_id and gain.task_id != task_id):
             continue
         seen.add(gain.run_id)
-        if gain.optimizer == BASELINE_OPTIMIZER and not include_baselines:
-            continue
-        if verify:
-            ok = verify_bundle(path, trusted_keys=trusted_keys).verified
-            gain = RunGain(**{**gain.__dict__, "verified": ok})
-            if not ok:
-                if excluded is not None:
-                    excluded.append(gain.run_id)
-                continue
-        gains.append(gain)
+
+        def verified(path: str = path) -> bool:
+            return verify_bundle(path, trusted_keys=trusted_keys).verified
+
+        kept = _kept(gain, include_baselines, verified if verify else None, excluded)
+        if kept is not None:
+            gains.append(kept)
     return gains
+
+
+def _kept(
+    gain: RunGain,
+    include_baselines: bool,
+    verify: Callable[[], bool] | None,
+    excluded: list[str] | None,
+) -> RunGain | None:
+    """The gain as counted (marked verified when ``verify`` is given), or None when it is
+    a baseline left out or a run that does not verify (named in ``excluded``)."""
+    if gain.optimizer == BASELINE_OPTIMIZER and not include_baselines:
+        return None
+    if verify is None:
+        return gain
+    if not verify():
+        if excluded is not None:
+            excluded.append(gain.run_id)
+        return None
+    return RunGain(**{**gain.__dict__, "verified": True})
 
 
 def summarize(gains: Iterable[RunGain]) -> list[GroupSummary]:
