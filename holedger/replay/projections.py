@@ -12,6 +12,7 @@ from holedger.replay.disclosure import DisclosureProjection
 from holedger.replay.engine import ProjectionFactory
 from holedger.replay.leakage import LeakageProjection
 from holedger.replay.protocol import ProtocolProjection
+from holedger.replay.rescore import RescoreProjection
 from holedger.replay.safety import SafetyProjection
 from holedger.replay.scores import ScoresProjection
 
@@ -21,6 +22,7 @@ PROJECTIONS += [
     BudgetProjection,
     DisclosureProjection,
     ScoresProjection,
+    RescoreProjection,
     LeakageProjection,
 ]
 

@@ -1,4 +1,5 @@
-"""The task's cases, for the replay checks that need them (leakage audit, case membership).
+"""The task's cases and verifier, for the replay checks that need them (leakage audit,
+case membership, re-scoring).
 
 Replay never trusts a local task blindly: the task named in RunOpened is loaded only when
 it is available on this machine *and* its digest equals ``RunOpened.task_digest``;
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from holedger.errors import HoledgerError
@@ -34,6 +36,9 @@ class TaskData:
     task_id: str
     digest: str
     splits: dict[str, list[CaseData]] = field(default_factory=dict)
+    # The task's pinned verifier: (case id, answer as parsed from the harness's output)
+    # -> score; None when only the cases were handed in.
+    verify: Callable[[str, Any], Fraction] | None = None
 
     def ids(self, split: str) -> set[str]:
         return {case.id for case in self.splits.get(split, [])}
@@ -60,18 +65,20 @@ def _load(ctx: ReplayContext) -> TaskData | str:
     try:
         loaded = load_task(name)
         digest = str(digest_of(loaded.spec))
+        raw = {split: list(loaded.cases(split)) for split in ("dev", "val", "test")}
         splits = {
-            split: [
-                CaseData(str(c.id), c.input, getattr(c, "expected", None))
-                for c in loaded.cases(split)
-            ]
-            for split in ("dev", "val", "test")
+            split: [CaseData(str(c.id), c.input, getattr(c, "expected", None)) for c in cases]
+            for split, cases in raw.items()
         }
+        by_id = {str(c.id): c for cases in raw.values() for c in cases}
+
+        def verify(case_id: str, answer: Any) -> Fraction:
+            return Fraction(loaded.verify(by_id[case_id], answer))
     except HoledgerError as exc:
         return f"task {name} is not available locally: {exc.message}"
     except (OSError, ValueError, KeyError) as exc:
         return f"task {name} could not be loaded: {exc}"
-    return _pinned(TaskData(str(ctx.opened.task_id), digest, splits), ctx)
+    return _pinned(TaskData(str(ctx.opened.task_id), digest, splits, verify), ctx)
 
 
 def _pinned(data: TaskData, ctx: ReplayContext) -> TaskData | str:

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,11 +156,15 @@ def forge_signature(raw: bytes) -> bytes:
 
 
 def resign_run(
-    rows: list[Row], key: SigningKey, declare: dict[str, dict[str, str]] | None = None
+    rows: list[Row],
+    key: SigningKey,
+    declare: dict[str, dict[str, str]] | None = None,
+    edit: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> list[bytes]:
     """Rewrite a whole run under ``key``: RunOpened declares it, every event is re-signed,
     re-chained and every checkpoint recomputed, so only a pinned key can tell.
-    ``declare`` makes RunOpened declare other key entries for some roles."""
+    ``declare`` makes RunOpened declare other key entries for some roles; ``edit`` (event
+    type, payload) -> payload changes what the events say, as a key holder could."""
     out: list[bytes] = []
     prev = ZERO_HASH
     frontier = MerkleFrontier()
@@ -171,6 +176,8 @@ def resign_run(
     for row in rows:
         rec = parse_record(row.state)
         payload = dict(rec.payload)
+        if edit is not None:
+            payload = edit(rec.type, payload)
         if rec.type == "RunOpened":
             payload["keys"] = {role: declared for role in payload["keys"]} | (declare or {})
         if rec.type == "Checkpoint":

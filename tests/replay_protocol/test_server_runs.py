@@ -17,6 +17,7 @@ import pytest
 
 from holedger.config import Settings
 from holedger.errors import BudgetExceededError
+from holedger.ledger.records import parse_record
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 from holedger.replay.report import ReplayReport
@@ -98,7 +99,7 @@ def _task_data(task: ServerTask) -> TaskData:
     splits = {
         s: [ReplayCase(cid, data, {"value": ans}) for cid, data, ans in c] for s, c in CASES.items()
     }
-    return TaskData(task.terms.task_id, task.digest, splits)
+    return TaskData(task.terms.task_id, task.digest, splits, task.verify)
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +227,72 @@ def test_the_baseline_run_verifies_and_its_seed_is_not_reported(
     scan = report.sections["leakage"]["candidate_scan"]
     assert scan["status"] == "done" and scan["candidates"] == 1 and scan["findings"] == []
     assert report.sections["scores"]["e_h_plus"] == "0"
+
+
+def test_a_key_holder_who_changes_a_held_out_score_is_caught_by_rescoring(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]],
+) -> None:
+    """The operator's key re-signs the run with one held-out trial scored 0 instead of 1
+    (the nominee answers every test case right) and RunScored recomputed to match: every
+    signature, the chain, the checkpoints and the score arithmetic hold. Only re-scoring
+    the trial's recorded answer with the task's verifier shows the score does not follow
+    from it."""
+    from ledger.attacker import Row, resign_run
+
+    from holedger.ledger.keys import SigningKey
+    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.schemas.canonical import rational_to_str
+    from holedger.server import rules
+
+    settings, task, info = server_run
+    honest = _replay(settings, task, info["run_id"])
+    [detail] = [c.detail for c in honest.checks if c.name == "rescored"]
+    assert "re-scored by the task's verifier: every recorded score agrees" in detail
+    assert honest.sections["rescored"]["rescored"] > 0
+    key = SigningKey.load(settings.key_path)
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        rows = [
+            Row(0, seq + 1, "", raw)
+            for seq, raw in enumerate(raw for _, raw in ledger.raw_records(info["run_id"]))
+        ]
+        records = [parse_record(row.state) for row in rows]
+        target = next(
+            r.payload
+            for r in records
+            if r.type == "TrialCompleted"
+            and r.payload["split"] == "test"
+            and r.payload["score"] == "1"
+        )
+        scored = next(r.payload for r in records if r.type == "RunScored")
+        per_case = {c["case_id"]: [Fraction(s) for s in c["scores"]] for c in scored["per_case"]}
+        per_case[target["case_id"]][target["attempt"]] = Fraction(0)
+        e_plus = rules.expected_score(per_case)
+        gain = rules.normalized_gain(e_plus, Fraction(scored["e_h0"]))
+
+        def raise_it(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+            if event_type == "TrialCompleted" and payload["trial_id"] == target["trial_id"]:
+                return {**payload, "score": "0"}
+            if event_type == "RunScored":
+                return {
+                    **payload,
+                    "per_case": [
+                        {"case_id": c, "scores": [rational_to_str(s) for s in v]}
+                        for c, v in per_case.items()
+                    ],
+                    "e_h_plus": rational_to_str(e_plus),
+                    "g": None if gain is None else rational_to_str(gain),
+                }
+            return payload
+
+        forged = resign_run(rows, key, edit=raise_it)
+        extra = {"task_data": _task_data(task), "run_repo": settings.run_repo(info["run_id"])}
+        report = verify_records(
+            info["run_id"], forged, LedgerBlobs(ledger), trusted_keys=[key.public], extra=extra
+        )
+    finally:
+        ledger.close()
+    assert report.failed_checks() == ["rescored"], report.failures
+    [failure] = report.failures
+    assert target["trial_id"] in failure.reason
+    assert "recorded score 0, but the task's verifier scores its answer 1" in failure.reason

@@ -131,14 +131,19 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
     run("export", run_id, "-o", str(bundle), "--json")
     elsewhere = ["--home", str(tmp_path / "nowhere")]
 
-    def audit(*extra: str) -> dict[str, Any]:
+    def verified(*extra: str) -> dict[str, Any]:
         result = runner.invoke(cli, [*elsewhere, "verify", str(bundle), "--json", *extra])
         assert result.exit_code == 0, result.output
-        return dict(json.loads(result.output)["leakage"]["audit"])
+        return dict(json.loads(result.output))
 
-    assert audit()["status"] == "skipped"
-    audited = audit("--task", str(task_dir))
+    assert verified()["leakage"]["audit"]["status"] == "skipped"
+    assert verified()["rescored"]["status"] == "skipped"
+    with_task = verified("--task", str(task_dir))
+    audited = with_task["leakage"]["audit"]
     assert audited["status"] == "done" and audited["findings"] == []
+    # Every trial's recorded score is what the task's own verifier gives its answer.
+    trials = with_task["safety"]["trials"]
+    assert with_task["rescored"] == {"status": "done", "rescored": trials, "not_rescored": 0}
 
 
 CRASHING_MAIN = """import json, sys

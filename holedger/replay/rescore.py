@@ -1,0 +1,130 @@
+"""Re-scoring: every recorded score is what the task's pinned verifier gives its answer.
+
+A trial's score is a fact the server signs. With the task at hand (found by name, or given
+with ``--task``, and of the pinned digest), replay re-parses each trial's recorded output
+exactly as the server did (``server.trials.parse_answer``), checks that the answer digest
+is that answer's, and runs the verifier on it: the recorded score must be what it gives.
+A trial without output (never run) must score 0. Nothing is run in a sandbox: the
+verifier is the task's own scoring function, run here as the server ran it.
+
+What this catches: a score that does not follow from the recorded answer (a log re-signed
+by a key holder with higher scores). What it cannot catch: an answer made up whole, with
+its output, by whoever holds the key (see docs/PROTOCOL.md, "What a verified run proves").
+Outputs left out of a redacted bundle are counted as not re-scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from holedger.errors import HoledgerError
+from holedger.ledger.records import Record
+from holedger.replay.engine import ReplayContext
+from holedger.replay.report import ReportBuilder, counted
+from holedger.replay.taskdata import TaskData, task_data
+from holedger.schemas.canonical import rational_to_str
+from holedger.schemas.events import Model, TrialCompleted
+from holedger.server import rules
+
+CHECK = "rescored"
+
+
+@dataclass(frozen=True)
+class _Trial:
+    seq: int
+    trial_id: str
+    case_id: str
+    output_digest: str | None
+    answer_digest: str | None
+    score: Fraction
+
+
+class RescoreProjection:
+    name = "rescore"
+
+    def __init__(self, ctx: ReplayContext) -> None:
+        self.ctx = ctx
+        self.trials: list[_Trial] = []
+
+    def apply(self, rec: Record, payload: Model) -> None:
+        if isinstance(payload, TrialCompleted):
+            self.trials.append(
+                _Trial(
+                    rec.seq,
+                    payload.trial_id,
+                    payload.case_id,
+                    payload.output_digest,
+                    payload.answer_digest,
+                    payload.score,
+                )
+            )
+
+    def finish(self, out: ReportBuilder) -> None:
+        out.declare(CHECK, "every recorded score is the task verifier's score of its answer")
+        data = task_data(self.ctx)
+        if not isinstance(data, TaskData):
+            out.check(CHECK, True, f"re-scoring skipped: {data}")
+            out.section(CHECK, {"status": "skipped", "reason": data})
+            return
+        verify = data.verify
+        if verify is None:
+            reason = "the task's verifier was not given, only its cases"
+            out.check(CHECK, True, f"re-scoring skipped: {reason}")
+            out.section(CHECK, {"status": "skipped", "reason": reason})
+            return
+        known = {case.id for cases in data.splits.values() for case in cases}
+        checked = withheld = 0
+        for trial in self.trials:
+            problem = self._problem(trial, verify, known)
+            if problem == "withheld":
+                withheld += 1
+            elif problem is not None:
+                out.fail(
+                    trial.seq, "TrialCompleted", f"trial {trial.trial_id}: {problem}", check=CHECK
+                )
+            else:
+                checked += 1
+        out.section(CHECK, {"status": "done", "rescored": checked, "not_rescored": withheld})
+        if out.ok(CHECK):
+            note = f"; {counted(withheld, 'output')} withheld, not re-scored" if withheld else ""
+            out.check(
+                CHECK,
+                True,
+                f"{counted(checked, 'trial')} re-scored by the task's verifier: every "
+                f"recorded score agrees{note}",
+            )
+
+    def _problem(
+        self, trial: _Trial, verify: Callable[[str, Any], Fraction], known: set[str]
+    ) -> str | None:
+        from holedger.server.trials import parse_answer
+
+        if trial.output_digest is None:
+            if trial.answer_digest is not None or trial.score != 0:
+                return "has an answer or a score but no recorded output"
+            return None
+        output = self.ctx.blobs.blob(trial.output_digest)
+        if output is None:
+            return "withheld"
+        natural, recorded = parse_answer(output)
+        digest = None if recorded is None else rules.answer_digest(recorded)
+        if digest != trial.answer_digest:
+            return "its answer digest is not that of the answer its output holds"
+        if recorded is None:
+            score = Fraction(0)
+        elif trial.case_id not in known:
+            return f"case {trial.case_id} is not in the task"
+        else:
+            try:
+                score = verify(trial.case_id, natural)
+            except HoledgerError as exc:
+                return f"the verifier refused its answer: {exc.message}"
+        if score != trial.score:
+            return (
+                f"recorded score {rational_to_str(trial.score)}, but the task's verifier "
+                f"scores its answer {rational_to_str(score)}"
+            )
+        return None
