@@ -11,6 +11,7 @@ import click
 if TYPE_CHECKING:
     from holedger.ledger.store import Ledger
 
+from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.output import console, emit_json, settings, table
 from holedger.replay.report import counted
@@ -114,16 +115,22 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
     ledger = open_ledger(ctx)
     run_id = ledger.resolve_run(run)
     opened = ledger.run_terms(run_id)
+    from pydantic import ValidationError
+
+    from holedger.server.state import RunState
+
     counts: Counter[str] = Counter()
-    unprojected: dict[str, None] = {}  # accepted dev/val requests without a projection
+    # The server's own fold says which accepted requests have no projection yet; a run
+    # whose events do not fold (replay names why) is shown without that list.
+    state: RunState | None = RunState(run_id, opened)
     for rec in ledger.records(run_id):
         counts[rec.type] += 1
-        payload = rec.payload
-        if rec.type == "EvaluationRequested" and payload.get("decision") == "accepted":
-            if payload.get("split") != "test":
-                unprojected[str(payload.get("request_id"))] = None
-        elif rec.type == "DisclosureProjected":
-            unprojected.pop(str(payload.get("request_id")), None)
+        try:
+            if state is not None:
+                state.apply(rec)
+        except (ValidationError, HoledgerError, KeyError, TypeError):
+            state = None
+    unprojected = list(state.pending) if state is not None else []
     info = next(i for i in ledger.runs() if i.run_id == run_id)
     data = {
         "run_id": run_id,

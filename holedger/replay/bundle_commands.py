@@ -778,10 +778,11 @@ def verify_attestation_cmd(
             digest = _file_sha256(bundle_file)
             if not any(s["digest"].get("sha256") == digest for s in statement["subject"]):
                 raise VerificationError("the bundle is not a subject of the attestation")
-        pred = statement.get("predicate") or {}
+        found = statement.get("predicate")
+        pred: dict[str, Any] = found if isinstance(found, dict) else {}
         # A valid signature on "this run failed" is no passing result: the exit status
         # says whether the attested run verified, so a script checking it alone is safe.
-        run_ok = isinstance(pred, dict) and pred.get("verdict") == "verified"
+        run_ok = pred.get("verdict") == "verified"
         result: dict[str, Any] = {
             "verified": True,
             "run_verified": run_ok,
@@ -797,13 +798,12 @@ def verify_attestation_cmd(
             f"{plain(pred.get('verdict'))}, g {plain(score_text(pred.get('g')))}"
         )
     elif result["verified"]:
-        failed = pred.get("failed_checks") if isinstance(pred, dict) else None
+        failed = pred.get("failed_checks")
         checks = ", ".join(str(c) for c in failed) if isinstance(failed, list) else "?"
         console().print(
             f"[bold red]RUN FAILED[/] the signature verifies, but it attests that run "
-            f"{plain(pred.get('run_id') if isinstance(pred, dict) else '?')} did not verify "
-            f"(verdict {plain(pred.get('verdict') if isinstance(pred, dict) else '?')}; "
-            f"failed checks: {plain(checks)})"
+            f"{plain(pred.get('run_id', '?'))} did not verify (verdict "
+            f"{plain(pred.get('verdict', '?'))}; failed checks: {plain(checks)})"
         )
     else:
         console().print(f"[bold red]FAILED[/] {plain(result['reason'])}")

@@ -16,7 +16,6 @@ Outputs left out of a redacted bundle are counted as not re-scored.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -32,61 +31,58 @@ from holedger.server import rules
 CHECK = "rescored"
 
 
-@dataclass(frozen=True)
-class _Trial:
-    seq: int
-    trial_id: str
-    case_id: str
-    output_digest: str | None
-    answer_digest: str | None
-    score: Fraction
-
-
 class RescoreProjection:
     name = "rescore"
 
     def __init__(self, ctx: ReplayContext) -> None:
         self.ctx = ctx
-        self.trials: list[_Trial] = []
+        # Resolved at the first trial: the task's verifier and case ids, or why not.
+        self.skipped: str | None = None
+        self.verify: Callable[[str, Any], Fraction] | None = None
+        self.known: set[str] = set()
+        self.resolved = False
+        self.checked = 0
+        self.withheld = 0
+        self.failures: list[tuple[int, str]] = []
+
+    def _resolve(self) -> None:
+        self.resolved = True
+        data = task_data(self.ctx)  # cached per replay: the leakage audit reuses it
+        if not isinstance(data, TaskData):
+            self.skipped = data
+        elif data.verify is None:
+            self.skipped = "the task's verifier was not given, only its cases"
+        else:
+            self.verify = data.verify
+            self.known = {case.id for cases in data.splits.values() for case in cases}
 
     def apply(self, rec: Record, payload: Model) -> None:
-        if isinstance(payload, TrialCompleted):
-            self.trials.append(
-                _Trial(
-                    rec.seq,
-                    payload.trial_id,
-                    payload.case_id,
-                    payload.output_digest,
-                    payload.answer_digest,
-                    payload.score,
-                )
-            )
+        """Re-score each trial as it comes: nothing is kept but counts and failures."""
+        if not isinstance(payload, TrialCompleted):
+            return
+        if not self.resolved:
+            self._resolve()
+        if self.verify is None:
+            return
+        problem = self._problem(payload, self.verify)
+        if problem == "withheld":
+            self.withheld += 1
+        elif problem is not None:
+            self.failures.append((rec.seq, f"trial {payload.trial_id}: {problem}"))
+        else:
+            self.checked += 1
 
     def finish(self, out: ReportBuilder) -> None:
         out.declare(CHECK, "every recorded score is the task verifier's score of its answer")
-        data = task_data(self.ctx)
-        if not isinstance(data, TaskData):
-            out.check(CHECK, True, f"re-scoring skipped: {data}")
-            out.section(CHECK, {"status": "skipped", "reason": data})
+        if not self.resolved:
+            self._resolve()  # no trial: still say whether the task was at hand
+        if self.skipped is not None:
+            out.check(CHECK, True, f"re-scoring skipped: {self.skipped}")
+            out.section(CHECK, {"status": "skipped", "reason": self.skipped})
             return
-        verify = data.verify
-        if verify is None:
-            reason = "the task's verifier was not given, only its cases"
-            out.check(CHECK, True, f"re-scoring skipped: {reason}")
-            out.section(CHECK, {"status": "skipped", "reason": reason})
-            return
-        known = {case.id for cases in data.splits.values() for case in cases}
-        checked = withheld = 0
-        for trial in self.trials:
-            problem = self._problem(trial, verify, known)
-            if problem == "withheld":
-                withheld += 1
-            elif problem is not None:
-                out.fail(
-                    trial.seq, "TrialCompleted", f"trial {trial.trial_id}: {problem}", check=CHECK
-                )
-            else:
-                checked += 1
+        for seq, reason in self.failures:
+            out.fail(seq, "TrialCompleted", reason, check=CHECK)
+        checked, withheld = self.checked, self.withheld
         out.section(CHECK, {"status": "done", "rescored": checked, "not_rescored": withheld})
         if out.ok(CHECK):
             note = f"; {counted(withheld, 'output')} withheld, not re-scored" if withheld else ""
@@ -97,10 +93,8 @@ class RescoreProjection:
                 f"recorded score agrees{note}",
             )
 
-    def _problem(
-        self, trial: _Trial, verify: Callable[[str, Any], Fraction], known: set[str]
-    ) -> str | None:
-        from holedger.server.trials import parse_answer
+    def _problem(self, trial: TrialCompleted, verify: Callable[[str, Any], Fraction]) -> str | None:
+        from holedger.server.trials import parse_answer  # the server's own parser
 
         if trial.output_digest is None:
             if trial.answer_digest is not None or trial.score != 0:
@@ -115,7 +109,7 @@ class RescoreProjection:
             return "its answer digest is not that of the answer its output holds"
         if recorded is None:
             score = Fraction(0)
-        elif trial.case_id not in known:
+        elif trial.case_id not in self.known:
             return f"case {trial.case_id} is not in the task"
         else:
             try:

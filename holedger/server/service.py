@@ -958,14 +958,13 @@ class RunService:
             if not self.ledger.has_run(run_id):
                 return None
             opened = self.ledger.run_terms(run_id)
-            RunConfig.load(self.settings, run_id)
+            config = RunConfig.load(self.settings, run_id)
         except (HoledgerError, ValueError):
             return None
         if opened.task_digest != task.digest or opened.optimizer != BASELINE_OPTIMIZER:
             return None
-        backend = RunConfig.load(self.settings, run_id).backend
         try:
-            get_backend(backend)
+            get_backend(config.backend)
         except HoledgerError as exc:
             log.warning(
                 "the baseline run %s cut short cannot be finished (%s): starting another",
@@ -1193,19 +1192,14 @@ def _per_case_digest(per_case: dict[str, list[Fraction]]) -> str:
 
 @contextlib.contextmanager
 def _file_lock(path: Path, *, wait: bool = True) -> Iterator[None]:
-    """An exclusive lock on ``path``; without ``wait``, Unavailable when it is held."""
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+    """An exclusive lock on ``path`` (kept); without ``wait``, Unavailable when held."""
+    with _flock(path, wait=wait, remove=False) as held:
+        if not held:
             raise Unavailable(
                 "this run's nomination is already under way",
                 hint="wait for it: GET the run until its state is closed",
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            )
+        yield
 
 
 @contextlib.contextmanager
@@ -1217,6 +1211,15 @@ def _request_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
     recorded, since the state is read again under the lock.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    with _flock(path, wait=wait, remove=True) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def _flock(path: Path, *, wait: bool, remove: bool) -> Iterator[bool]:
+    """An exclusive flock on the file at ``path``; yields whether it is held (always,
+    with ``wait``). With ``remove`` the holder removes the file before letting go, and a
+    lock taken on a file so removed does not count: the lock is the file now at the path."""
     while True:
         with open(path, "a+") as handle:
             try:
@@ -1224,10 +1227,9 @@ def _request_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
             except BlockingIOError:
                 yield False
                 return
-            if not _same_file(handle.fileno(), path):
-                # Its holder removed it before letting go: the lock is the file now at
-                # the path, if any. Without waiting, say it is held (its holder has just
-                # finished, and the caller looks again next time).
+            if remove and not _same_file(handle.fileno(), path):
+                # Its holder removed it before letting go. Without waiting, say it is
+                # held (its holder has just finished; the caller looks again next time).
                 if wait:
                     continue
                 yield False
@@ -1235,7 +1237,8 @@ def _request_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
             try:
                 yield True
             finally:
-                path.unlink(missing_ok=True)
+                if remove:
+                    path.unlink(missing_ok=True)
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             return
 
