@@ -22,9 +22,7 @@ from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import EvaluationRequested, RunOpened, RunScored
-from holedger.server.rules import add_use, no_use
-
-BASELINE_OPTIMIZER = "seed-baseline"
+from holedger.server.rules import BASELINE_OPTIMIZER, add_use, no_use
 
 
 @dataclass(frozen=True)

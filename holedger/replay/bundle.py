@@ -802,6 +802,7 @@ def verify_bundle(
     projections: Sequence[ProjectionFactory] | None = None,
     progress: Callable[[int, int], None] | None = None,
     task: str | None = None,
+    baseline: str | Path | None = None,
 ) -> ReplayReport:
     """Replay a bundle with the replay engine; returns the ReplayReport (plus sections).
 
@@ -813,7 +814,10 @@ def verify_bundle(
     when given, is called with (records read, records in the bundle) every
     PROGRESS_EVERY records and at the end. ``task`` (a task name or folder) is the task
     the leakage audit reads (default: the task the run names, if bundled with holedger).
+    ``baseline`` is the bundle of the run's seed-baseline run: it is verified too (same
+    keys) and checked against the pinned E(H0) (check ``baseline``; a warning without it).
     """
+    from holedger.replay.baseline import EXTRA_KEY, BundleBaselines
     from holedger.replay.engine import ReplayContext, verify_records, with_progress
 
     if projections is None:
@@ -851,6 +855,11 @@ def verify_bundle(
                 extra={
                     **({"run_repo": repo} if repo is not None else {}),
                     **({"task": task} if task else {}),
+                    **(
+                        {EXTRA_KEY: BundleBaselines(baseline, trusted_keys, task)}
+                        if baseline is not None
+                        else {}
+                    ),
                 },
             )
         except HoledgerError:

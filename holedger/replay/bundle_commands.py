@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -41,6 +41,10 @@ from holedger.output import console, emit_json, plain, progress_bar, settings
 from holedger.replay.commands import trusted_key_option
 from holedger.replay.report import counted, score_text
 from holedger.schemas.canonical import b64decode_strict, parse_json
+
+if TYPE_CHECKING:
+    from holedger.ledger.store import Ledger
+    from holedger.replay.bundle import ExportSummary
 
 CONSISTENCY_HEADER = "holedger.dev/consistency-proof@v1"
 MAX_INPUT_FILE = 8 << 20
@@ -190,6 +194,11 @@ def _check_export_note(ledger: Any, run_id: str, path: str, note: str) -> None:
     multiple=True,
     help="A (cosigned) checkpoint note file to carry in the bundle.",
 )
+@click.option(
+    "--baseline-output",
+    "baseline_output",
+    help="Also write the run's seed-baseline run (where its E(H0) is pinned from) here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 @click.pass_context
 def export_cmd(
@@ -198,6 +207,7 @@ def export_cmd(
     output: str,
     redact: bool,
     checkpoint_files: tuple[str, ...],
+    baseline_output: str | None,
     as_json: bool,
 ) -> None:
     """Write RUN as a portable bundle: events as signed, blobs, git history, keys, checkpoints."""
@@ -205,24 +215,52 @@ def export_cmd(
 
     cfg = settings(ctx)
     notes = [_read_text(f, "checkpoint") for f in checkpoint_files]
+    if baseline_output is not None and Path(baseline_output).resolve() == Path(output).resolve():
+        raise UsageError(
+            "--baseline-output names the same file as --output",
+            hint="write the baseline run's bundle to a file of its own",
+        )
     ledger = _open_ledger(ctx)
+    written: list[ExportSummary] = []
+    exports: list[tuple[str, str, list[str]]] = []
     try:
         run_id = ledger.resolve_run(run)
         for path, note in zip(checkpoint_files, notes, strict=True):
             _check_export_note(ledger, run_id, path, note)
-        summary = export_bundle(
-            ledger,
-            run_id,
-            _output_path(output),
-            redact=redact,
-            repo_path=cfg.run_repo(run_id),
-            checkpoints=notes,
-        )
+        exports.append((run_id, output, notes))
+        if baseline_output is not None:
+            exports.append((_baseline_run_id(ledger, run_id), baseline_output, []))
+        for exported, file, carried in exports:
+            written.append(
+                export_bundle(
+                    ledger,
+                    exported,
+                    _output_path(file),
+                    redact=redact,
+                    repo_path=cfg.run_repo(exported),
+                    checkpoints=carried,
+                )
+            )
     except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror}", hint=_WRITE_HINT) from exc
+        failed = exports[len(written)][1] if len(written) < len(exports) else output
+        raise UsageError(f"cannot write {failed}: {exc.strerror}", hint=_WRITE_HINT) from exc
     finally:
         ledger.close()
-    data = {
+    data = [_export_summary(summary) for summary in written]
+    if as_json:
+        emit_json(data[0] if baseline_output is None else {**data[0], "baseline": data[1]})
+        return
+    for n, summary in enumerate(written):
+        console().print(
+            f"wrote {summary.path}: {summary.events} events, {summary.blobs} blobs"
+            f"{f', {summary.redacted} redacted' if redact else ''}, "
+            f"{summary.git_objects} git objects, {summary.bytes} bytes, sha256 {summary.digest}"
+            + (f" (the seed-baseline run {summary.run_id})" if n else "")
+        )
+
+
+def _export_summary(summary: ExportSummary) -> dict[str, Any]:
+    return {
         "path": str(summary.path),
         "run_id": summary.run_id,
         "events": summary.events,
@@ -233,14 +271,22 @@ def export_cmd(
         "bytes": summary.bytes,
         "sha256": summary.digest,
     }
-    if as_json:
-        emit_json(data)
-    else:
-        console().print(
-            f"wrote {summary.path}: {summary.events} events, {summary.blobs} blobs"
-            f"{f', {summary.redacted} redacted' if redact else ''}, "
-            f"{summary.git_objects} git objects, {summary.bytes} bytes, sha256 {summary.digest}"
+
+
+def _baseline_run_id(ledger: Ledger, run_id: str) -> str:
+    """The seed-baseline run ``run_id`` pins its E(H0) from; a usage error when none."""
+    pinned = ledger.run_terms(run_id).seed_baseline
+    if pinned is None or pinned.baseline_run_id is None:
+        raise UsageError(
+            f"run {run_id} pins no seed-baseline run (a baseline run pins none of its own)",
+            hint="leave out --baseline-output",
         )
+    if not ledger.has_run(pinned.baseline_run_id):
+        raise NotFoundError(
+            f"the seed-baseline run {pinned.baseline_run_id} of run {run_id} is not in this ledger",
+            hint="export it from the home whose ledger holds it",
+        )
+    return pinned.baseline_run_id
 
 
 @click.command("verify")
@@ -262,6 +308,13 @@ def export_cmd(
     default=None,
     help="A task name or folder for the leakage audit (default: the task the run names).",
 )
+@click.option(
+    "--baseline",
+    "baseline",
+    type=click.Path(dir_okay=False),
+    help="The bundle of the run's seed-baseline run: verified too, and its score compared "
+    "with the pinned E(H0).",
+)
 def verify_cmd(
     bundle: str,
     as_json: bool,
@@ -271,6 +324,7 @@ def verify_cmd(
     witnesses: tuple[str, ...],
     quorum: int | None,
     task: str | None,
+    baseline: str | None,
 ) -> None:
     """Verify a run bundle offline: everything 'holedger replay' checks, from the file alone.
 
@@ -290,6 +344,7 @@ def verify_cmd(
             policy=policy,
             progress=progress,
             task=task,
+            baseline=baseline,
         )
     if as_json:
         emit_json(report.to_json())

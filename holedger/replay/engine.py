@@ -555,6 +555,11 @@ def replay_run(
     stored = ledger.stored_count(run_id)
     if not stored:
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
+    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+
+    if extra is None or EXTRA_KEY not in extra:
+        # The run's pinned seed-baseline run is read from the same ledger.
+        extra = {**(extra or {}), EXTRA_KEY: LedgerBaselines(ledger, trusted_keys, extra)}
     batches = ledger.raw_record_batches(run_id)
     records = (
         chain.from_iterable(batches)

@@ -7,6 +7,7 @@ Rooms add theirs by appending a factory to PROJECTIONS.
 
 from __future__ import annotations
 
+from holedger.replay.baseline import BaselineProjection
 from holedger.replay.budget import BudgetProjection
 from holedger.replay.disclosure import DisclosureProjection
 from holedger.replay.engine import ProjectionFactory
@@ -22,6 +23,7 @@ PROJECTIONS += [
     BudgetProjection,
     DisclosureProjection,
     ScoresProjection,
+    BaselineProjection,
     RescoreProjection,
     LeakageProjection,
 ]

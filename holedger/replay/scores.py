@@ -192,5 +192,5 @@ def _baseline_text(section: dict[str, Any]) -> str:
     if section.get("e_h0_source") != "pinned seed baseline":
         return "as recorded (no seed baseline pinned)"
     if run:
-        return f"as pinned from baseline run {run} (verify that run too)"
+        return f"as pinned from baseline run {run} (the baseline check compares them)"
     return "as pinned (no baseline run named)"

@@ -56,6 +56,9 @@ from holedger.schemas.events import (
 )
 
 SEARCH_SPLITS = ("dev", "val")
+# The optimizer label of a task's seed-baseline run (the run whose E(H+) is the E(H0)
+# every later run of the task pins).
+BASELINE_OPTIMIZER = "seed-baseline"
 
 # A dev answer whose canonical JSON is longer than this is shown by digest, not inline.
 MAX_SHOWN_ANSWER_BYTES = 64 << 10
@@ -343,6 +346,16 @@ def expected_score(per_case: Mapping[str, Sequence[Fraction]]) -> Fraction:
     return mean([mean(list(scores)) for scores in per_case.values()])
 
 
+def per_case_digest(per_case: Iterable[tuple[str, Sequence[Fraction]]]) -> str:
+    """The digest a pinned seed baseline names its baseline run's per-case scores by: the
+    SHA-256 of the canonical JSON ``[{"case_id": ..., "scores": ["<rational>", ...]}, ...]``
+    in the order given (that of ``RunScored.per_case``)."""
+    body = [
+        {"case_id": c, "scores": [rational_to_str(s) for s in scores]} for c, scores in per_case
+    ]
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
 def normalized_gain(e_plus: Fraction, e0: Fraction) -> Fraction | None:
     """g = (E(H+) - E(H0)) / (1 - E(H0)); None when E(H0) = 1 (no headroom)."""
     if e0 == 1:
@@ -351,6 +364,7 @@ def normalized_gain(e_plus: Fraction, e0: Fraction) -> Fraction | None:
 
 
 __all__ = [
+    "BASELINE_OPTIMIZER",
     "MAX_SHOWN_ANSWERS_BYTES",
     "MAX_SHOWN_ANSWER_BYTES",
     "TrialView",
@@ -363,6 +377,7 @@ __all__ = [
     "mean",
     "no_use",
     "normalized_gain",
+    "per_case_digest",
     "project",
     "projection_digest",
     "request_cost",

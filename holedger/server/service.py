@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import itertools
 import json
 import logging
@@ -48,7 +47,7 @@ from holedger.errors import (
 )
 from holedger.ledger.store import Ledger
 from holedger.replay.report import counted
-from holedger.schemas.canonical import canonical_json, rational_to_str
+from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
     CandidateCommitted,
     CandidateNominated,
@@ -88,8 +87,6 @@ from holedger.server.trials import (
 )
 
 log = logging.getLogger(__name__)
-
-BASELINE_OPTIMIZER = "seed-baseline"
 
 
 class EvaluationInterrupted(KeyboardInterrupt):
@@ -765,7 +762,7 @@ class RunService:
         e_plus = rules.expected_score(per_case)
         if opened.seed_baseline is not None:
             e0 = opened.seed_baseline.e_h0
-        elif opened.optimizer == BASELINE_OPTIMIZER:
+        elif opened.optimizer == rules.BASELINE_OPTIMIZER:
             e0 = e_plus  # the baseline run measures E(H0) itself
         else:
             raise PolicyError(f"run {run_id} has no pinned seed baseline to score against")
@@ -930,7 +927,7 @@ class RunService:
             run_id = self._pending_baseline_run(task, pending)
             if run_id is None:
                 run_id = self.open_run(
-                    task_ref, optimizer=BASELINE_OPTIMIZER, backend=backend, baseline=False
+                    task_ref, optimizer=rules.BASELINE_OPTIMIZER, backend=backend, baseline=False
                 ).run_id
                 pending.write_text(run_id + "\n")
             if not self.states.current(run_id).closed:
@@ -941,7 +938,9 @@ class RunService:
                 e_h0=scored.e_h_plus,
                 k=scored.k,
                 baseline_run_id=run_id,
-                per_case_digest=_per_case_digest({c.case_id: c.scores for c in scored.per_case}),
+                per_case_digest=rules.per_case_digest(
+                    (c.case_id, c.scores) for c in scored.per_case
+                ),
             )
             record = {"task_digest": task.digest, **baseline.model_dump(mode="json")}
             path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -961,7 +960,7 @@ class RunService:
             config = RunConfig.load(self.settings, run_id)
         except (HoledgerError, ValueError):
             return None
-        if opened.task_digest != task.digest or opened.optimizer != BASELINE_OPTIMIZER:
+        if opened.task_digest != task.digest or opened.optimizer != rules.BASELINE_OPTIMIZER:
             return None
         try:
             get_backend(config.backend)
@@ -1180,14 +1179,6 @@ def _trial_items(outcomes: Sequence[TrialOutcome]) -> list[Item]:
         items.append(("TrialCompleted", outcome.completed, "server"))
         items.extend(("SafetyViolation", v, "server") for v in outcome.violations)
     return items
-
-
-def _per_case_digest(per_case: dict[str, list[Fraction]]) -> str:
-    body = [
-        {"case_id": c, "scores": [rational_to_str(s) for s in scores]}
-        for c, scores in per_case.items()
-    ]
-    return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
 @contextlib.contextmanager

@@ -183,7 +183,7 @@ def test_server_run_verifies_and_the_scan_reports_the_unnominated_cheat(
     baseline = info["baseline_run_id"]
     assert baseline and report.sections["scores"]["baseline_run_id"] == baseline
     [detail] = [c.detail for c in report.checks if c.name == "scores"]
-    assert f"as pinned from baseline run {baseline} (verify that run too)" in detail
+    assert f"as pinned from baseline run {baseline} (the baseline check compares them)" in detail
     assert report.failures == []
     assert report.verified
     warning = {c.name: c for c in report.checks}["candidate_scan_unnominated"]
@@ -296,3 +296,319 @@ def test_a_key_holder_who_changes_a_held_out_score_is_caught_by_rescoring(
     [failure] = report.failures
     assert target["trial_id"] in failure.reason
     assert "recorded score 0, but the task's verifier scores its answer 1" in failure.reason
+
+
+# --------------------------------------------------------------------------- the baseline
+
+
+def _records(ledger: Ledger, run_id: str) -> list[Any]:
+    from ledger.attacker import Row
+
+    return [
+        Row(0, seq + 1, "", raw)
+        for seq, raw in enumerate(raw for _, raw in ledger.raw_records(run_id))
+    ]
+
+
+class _Given:
+    """A baseline source holding one replayed run, as ``verify --baseline`` gives one."""
+
+    def __init__(self, found: Any) -> None:
+        self.found = found
+
+    def baseline(self, run_id: str) -> Any:
+        return self.found
+
+
+def _replayed(ledger: Ledger, run_id: str, records: list[bytes], extra: dict[str, Any]) -> Any:
+    """``records`` replayed as a baseline run is (every check, facts captured)."""
+    from holedger.replay.baseline import EXTRA_KEY, baseline_run, capturing
+    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.projections import PROJECTIONS
+
+    projections, facts = capturing(PROJECTIONS)
+    report = verify_records(
+        run_id,
+        records,
+        LedgerBlobs(ledger),
+        projections=projections,
+        extra={**extra, EXTRA_KEY: None},
+    )
+    return baseline_run(run_id, report, facts)
+
+
+def test_replay_checks_the_pinned_e_h0_against_the_baseline_run_itself(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]],
+) -> None:
+    settings, task, info = server_run
+    report = _replay(settings, task, info["run_id"])
+    [check] = [c for c in report.checks if c.name == "baseline"]
+    assert check.ok and check.level == "error", check
+    assert f"E(H+) of baseline run {info['baseline_run_id']}, verified (" in check.detail
+    section = report.sections["baseline"]
+    assert section["run_id"] == info["baseline_run_id"] and section["matches"] is True
+    assert section["verified"] is True and section["events"] > 10
+    # a baseline run pins no baseline: it has no such check
+    own = _replay(settings, task, info["baseline_run_id"])
+    assert "baseline" not in {c.name for c in own.checks} and own.verified
+
+
+@pytest.mark.parametrize("where", ["opened_only", "opened_and_scored"])
+def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]], where: str
+) -> None:
+    """The operator's key re-signs the run with a different pinned E(H0): alone, the scores
+    check already fails (RunScored no longer repeats the pin); with RunScored's E(H0) and g
+    recomputed to match, every other check holds and only the baseline run, replayed, shows
+    the pin is not what it scored."""
+    from ledger.attacker import resign_run
+
+    from holedger.ledger.keys import SigningKey
+    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.schemas.canonical import rational_to_str
+    from holedger.server import rules
+
+    settings, task, info = server_run
+    key = SigningKey.load(settings.key_path)
+    extra: dict[str, Any] = {"task_data": _task_data(task)}
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        rows = _records(ledger, info["run_id"])
+        scored = next(
+            parse_record(r.state).payload for r in rows if parse_record(r.state).type == "RunScored"
+        )
+        assert Fraction(scored["e_h0"]) == 0  # the seed answers nothing right
+        forged_e0 = Fraction(1, 4)
+        gain = rules.normalized_gain(Fraction(scored["e_h_plus"]), forged_e0)
+
+        def pin(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+            if event_type == "RunOpened":
+                base = {**payload["seed_baseline"], "e_h0": rational_to_str(forged_e0)}
+                return {**payload, "seed_baseline": base}
+            if event_type == "RunScored" and where == "opened_and_scored":
+                return {
+                    **payload,
+                    "e_h0": rational_to_str(forged_e0),
+                    "g": None if gain is None else rational_to_str(gain),
+                }
+            return payload
+
+        forged = resign_run(rows, key, edit=pin)
+        report = verify_records(
+            info["run_id"],
+            forged,
+            LedgerBlobs(ledger),
+            trusted_keys=[key.public],
+            extra={**extra, EXTRA_KEY: LedgerBaselines(ledger, [key.public], extra)},
+        )
+    finally:
+        ledger.close()
+    expected = ["scores", "baseline"] if where == "opened_only" else ["baseline"]
+    assert report.failed_checks() == expected, report.failures
+    [failure] = [f for f in report.failures if f.check == "baseline"]
+    assert failure.seq == 0 and failure.type == "RunOpened"
+    assert failure.reason == (
+        f"baseline run {info['baseline_run_id']} scored E(H+) 0, the pinned E(H0) is 0.25"
+    )
+
+
+def test_a_pin_naming_no_baseline_run_of_the_task_fails_and_one_not_at_hand_warns(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]],
+) -> None:
+    """Pinning the run itself (a cycle a naive check would follow for ever) fails: it is
+    not a seed-baseline run, it did not score its seed, its E(H+) is not the pin. A run id
+    the ledger does not hold is a warning that says what to give."""
+    from ledger.attacker import resign_run
+
+    from holedger.ledger.keys import SigningKey
+    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.engine import LedgerBlobs, verify_records
+
+    settings, task, info = server_run
+    key = SigningKey.load(settings.key_path)
+    extra: dict[str, Any] = {"task_data": _task_data(task)}
+    reports = {}
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        rows = _records(ledger, info["run_id"])
+        for name, target in (
+            ("itself", info["run_id"]),
+            ("absent", "00000000-0000-4000-8000-000000000000"),
+        ):
+
+            def pin(event_type: str, payload: dict[str, Any], to: str = target) -> dict[str, Any]:
+                if event_type == "RunOpened":
+                    base = {**payload["seed_baseline"], "baseline_run_id": to}
+                    return {**payload, "seed_baseline": base}
+                return payload
+
+            forged = resign_run(rows, key, edit=pin)
+            if name == "itself":  # the ledger's copy of the run is the forged one here
+                source: Any = _Given(_replayed(ledger, target, forged, extra))
+            else:
+                source = LedgerBaselines(ledger, [key.public], extra)
+            reports[name] = verify_records(
+                info["run_id"],
+                forged,
+                LedgerBlobs(ledger),
+                trusted_keys=[key.public],
+                extra={**extra, EXTRA_KEY: source},
+            )
+    finally:
+        ledger.close()
+    itself = reports["itself"]
+    assert itself.failed_checks() == ["baseline"], itself.failures
+    reasons = [f.reason for f in itself.failures]
+    name = f"baseline run {info['run_id']}"
+    assert (
+        f"{name} is not a seed-baseline run (optimizer 'replay-test', pins a baseline of its own)"
+        in reasons
+    )
+    assert f"{name} scored candidate {info['good'][:12]}, not its seed" in reasons
+    absent = reports["absent"]
+    assert absent.verified and "baseline" in absent.to_json()["warnings"]
+    [check] = [c for c in absent.checks if c.name == "baseline"]
+    assert check.level == "warning" and "is not in this ledger" in check.detail
+    assert "holedger verify BUNDLE --baseline BASELINE_BUNDLE" in check.detail
+
+
+@pytest.mark.parametrize("forgery", ["other_key", "per_case_order", "optimizer_label"])
+def test_a_substituted_baseline_run_is_caught(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]], forgery: str
+) -> None:
+    """The baseline run handed over is re-signed with one thing changed; it still verifies
+    on its own (keys unpinned), and the comparison names what differs from the pin."""
+    from ledger.attacker import resign_run
+
+    from holedger.ledger.keys import SigningKey
+    from holedger.replay.baseline import EXTRA_KEY
+
+    settings, task, info = server_run
+    operator = SigningKey.load(settings.key_path)
+    key = SigningKey.generate("someone-else") if forgery == "other_key" else operator
+
+    def change(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if event_type == "RunScored" and forgery == "per_case_order":
+            return {**payload, "per_case": list(reversed(payload["per_case"]))}
+        if event_type == "RunOpened" and forgery == "optimizer_label":
+            return {**payload, "optimizer": "my-optimizer"}
+        return payload
+
+    extra: dict[str, Any] = {"task_data": _task_data(task)}
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        baseline = info["baseline_run_id"]
+        forged = resign_run(_records(ledger, baseline), key, edit=change)
+        found = _replayed(ledger, baseline, forged, extra)
+        assert found.report.verified, found.report.failures
+        report = replay_run(ledger, info["run_id"], extra={**extra, EXTRA_KEY: _Given(found)})
+    finally:
+        ledger.close()
+    assert report.failed_checks() == ["baseline"], report.failures
+    [failure] = report.failures
+    expected = {
+        "other_key": f"baseline run {baseline} is signed by server key "
+        f"someone-else+{key.key_id_hex}, not this run's",
+        "per_case_order": f"baseline run {baseline}'s per-case scores do not have the pinned "
+        "digest",
+        "optimizer_label": f"baseline run {baseline} is not a seed-baseline run (optimizer "
+        "'my-optimizer')",
+    }[forgery]
+    assert failure.reason == expected
+
+
+def test_export_and_verify_carry_the_baseline_run(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]], tmp_path: Path
+) -> None:
+    """`export --baseline-output` writes the pinned baseline run beside the run, and
+    `verify --baseline` checks it; without it the check warns, with another run's bundle
+    it fails, and an unreadable file is bad usage naming it."""
+    import json
+
+    from click.testing import CliRunner
+
+    from holedger.cli import cli
+
+    settings, _, info = server_run
+    runner = CliRunner()
+    home = ["--home", str(settings.home)]
+    run_file, base_file = tmp_path / "run.hlb", tmp_path / "base.hlb"
+    out = runner.invoke(
+        cli,
+        [
+            *home,
+            "export",
+            info["run_id"],
+            "-o",
+            str(run_file),
+            "--baseline-output",
+            str(base_file),
+            "--json",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert summary["run_id"] == info["run_id"]
+    assert summary["baseline"]["run_id"] == info["baseline_run_id"]
+    assert summary["baseline"]["path"] == str(base_file)
+    key = _operator_vkey(settings)
+
+    def verify(*args: str) -> tuple[int, dict[str, Any]]:
+        result = runner.invoke(
+            cli, ["verify", str(run_file), "--trusted-key", key, "--json", *args]
+        )
+        return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else {}
+
+    code, report = verify("--baseline", str(base_file))
+    assert code == 0 and report["verified"], report.get("failures")
+    [check] = [c for c in report["checks"] if c["name"] == "baseline"]
+    assert check["ok"] and check["level"] == "error"
+    assert report["baseline"]["run_id"] == info["baseline_run_id"]
+
+    code, report = verify()
+    assert code == 0 and "baseline" in report["warnings"]
+
+    code, report = verify("--baseline", str(run_file))
+    assert code == 1 and report["verified"] is False
+    assert [f["reason"] for f in report["failures"] if f["check"] == "baseline"] == [
+        f"the baseline given is run {info['run_id']}, not the pinned {info['baseline_run_id']}"
+    ]
+
+    junk = tmp_path / "junk.hlb"
+    junk.write_bytes(b"not a bundle")
+    result = runner.invoke(cli, ["verify", str(run_file), "--baseline", str(junk)])
+    assert result.exit_code == 2
+    assert f"baseline bundle {junk}:" in result.output
+
+    # a baseline run pins none: asking for its baseline is refused before anything is written
+    lone = tmp_path / "lone.hlb"
+    result = runner.invoke(
+        cli,
+        [
+            *home,
+            "export",
+            info["baseline_run_id"],
+            "-o",
+            str(lone),
+            "--baseline-output",
+            str(tmp_path / "b2.hlb"),
+        ],
+    )
+    assert result.exit_code == 2 and "pins no seed-baseline run" in result.output
+    assert not lone.exists()
+    # the baseline's own bundle given with --baseline to verify itself: said, not used
+    result = runner.invoke(
+        cli,
+        ["verify", str(base_file), "--trusted-key", key, "--baseline", str(base_file), "--json"],
+    )
+    own = json.loads(result.stdout)
+    assert result.exit_code == 0 and "baseline" in own["warnings"]  # (isolation: "process")
+    [check] = [c for c in own["checks"] if c["name"] == "baseline"]
+    assert check["detail"] == "the run pins no seed baseline: --baseline not used"
+
+
+def _operator_vkey(settings: Settings) -> str:
+    from holedger.ledger.keys import SigningKey
+
+    return SigningKey.load(settings.key_path).public.vkey()

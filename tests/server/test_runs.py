@@ -13,7 +13,8 @@ from holedger.config import Settings
 from holedger.errors import BudgetExceededError, NotFoundError, PolicyError, Unavailable
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import EvaluationRequested, RunScored
-from holedger.server.service import BASELINE_OPTIMIZER, RunService
+from holedger.server.rules import BASELINE_OPTIMIZER
+from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
 from .helpers import (

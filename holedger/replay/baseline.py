@@ -1,0 +1,301 @@
+"""The seed-baseline check: the pinned E(H0) is what the named baseline run scored.
+
+Every run of a task pins ``RunOpened.seed_baseline`` (``e_h0``, ``k``,
+``baseline_run_id``, ``per_case_digest``) from the task's baseline run: a run of its own,
+optimizer label ``seed-baseline``, that nominated the seed and was scored on the test split
+like any run. The ``scores`` check takes E(H0) as pinned; this check (``baseline``)
+verifies the baseline run itself (all of replay's checks, under the same trusted keys)
+and compares:
+
+* it verifies, and is closed;
+* its run id is the pinned one, its server key is this run's server key, its task digest
+  and seed commit are this run's, its optimizer label is ``seed-baseline`` and it pins no
+  baseline of its own;
+* it scored its seed commit (the candidate of its ``CandidateCommitted`` index 0);
+* its ``RunScored``: K and E(H+) equal the pinned ``k`` and ``e_h0`` (and this run's K),
+  and the digest of its per-case scores (``rules.per_case_digest``) the pinned one.
+
+Where the baseline run comes from is the caller's: ``replay`` reads it from the same
+ledger (:class:`LedgerBaselines`), ``verify`` from the bundle given with ``--baseline``
+(:class:`BundleBaselines`). With no source, or a source that does not hold the run, the
+check is a warning that says so and what to give; the verdict does not depend on it, as
+it did not before the check existed. A mismatch fails the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, cast
+
+from holedger.errors import HoledgerError
+from holedger.ledger.keys import PublicKey
+from holedger.ledger.records import Record
+from holedger.replay.engine import ProjectionFactory, ReplayContext
+from holedger.replay.report import ReplayReport, ReportBuilder, score_text
+from holedger.schemas.canonical import rational_to_str
+from holedger.schemas.events import (
+    CandidateCommitted,
+    Model,
+    RunOpened,
+    RunScored,
+    SeedBaseline,
+)
+from holedger.server import rules
+
+CHECK = "baseline"
+EXTRA_KEY = "baselines"
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """What the check needs of a baseline run, taken while that run was replayed."""
+
+    run_id: str
+    report: ReplayReport
+    opened: RunOpened | None
+    seed: str | None
+    scored: RunScored | None
+
+
+class BaselineSource(Protocol):
+    def baseline(self, run_id: str) -> BaselineRun | str:
+        """The replayed baseline run ``run_id``, or why it cannot be had (one line)."""
+
+
+class _Capture:
+    """A projection that keeps what the baseline check reads of a replayed run."""
+
+    name = "baseline_capture"
+
+    def __init__(self, ctx: ReplayContext, into: dict[str, object]) -> None:
+        self.into = into
+        into["opened"] = ctx.opened
+
+    def apply(self, rec: Record, payload: Model) -> None:
+        if isinstance(payload, CandidateCommitted) and payload.index == 0:
+            self.into.setdefault("seed", payload.candidate)
+        elif isinstance(payload, RunScored):
+            self.into.setdefault("scored", payload)
+
+    def finish(self, out: ReportBuilder) -> None:
+        return None
+
+
+def capturing(
+    projections: Sequence[ProjectionFactory],
+) -> tuple[list[ProjectionFactory], dict[str, object]]:
+    """``projections`` plus one that captures a baseline run's facts into the dict returned."""
+    facts: dict[str, object] = {}
+
+    def capture(ctx: ReplayContext) -> _Capture:
+        return _Capture(ctx, facts)
+
+    return [*projections, capture], facts
+
+
+def baseline_run(run_id: str, report: ReplayReport, facts: dict[str, object]) -> BaselineRun:
+    opened = facts.get("opened")
+    seed = facts.get("seed")
+    scored = facts.get("scored")
+    return BaselineRun(
+        run_id=run_id,
+        report=report,
+        opened=opened if isinstance(opened, RunOpened) else None,
+        seed=seed if isinstance(seed, str) else None,
+        scored=scored if isinstance(scored, RunScored) else None,
+    )
+
+
+# What a baseline run's own replay takes from the replay of the run that pins it: where the
+# task is (for re-scoring and the leakage audit) and the home (for its candidate repository).
+SHARED_EXTRA = ("task", "task_data", "settings")
+
+
+class LedgerBaselines:
+    """Baseline runs read from the ledger the run itself is in (each replayed once)."""
+
+    def __init__(
+        self,
+        ledger: object,
+        trusted_keys: Sequence[PublicKey],
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.trusted_keys = list(trusted_keys)
+        self.extra = {k: v for k, v in (extra or {}).items() if k in SHARED_EXTRA}
+        self._seen: dict[str, BaselineRun | str] = {}
+
+    def baseline(self, run_id: str) -> BaselineRun | str:
+        if run_id not in self._seen:
+            self._seen[run_id] = self._replay(run_id)
+        return self._seen[run_id]
+
+    def _replay(self, run_id: str) -> BaselineRun | str:
+        from holedger.ledger.store import Ledger
+        from holedger.replay.engine import replay_run
+        from holedger.replay.projections import PROJECTIONS
+
+        assert isinstance(self.ledger, Ledger)
+        if not self.ledger.stored_count(run_id):
+            return (
+                f"baseline run {run_id} is not in this ledger: export it where it is and "
+                "check it with 'holedger verify BUNDLE --baseline BASELINE_BUNDLE'"
+            )
+        projections, facts = capturing(PROJECTIONS)
+        report = replay_run(
+            self.ledger,
+            run_id,
+            trusted_keys=self.trusted_keys,
+            projections=projections,
+            extra={**self.extra, EXTRA_KEY: None},  # its own pin, if any, is not followed
+        )
+        return baseline_run(run_id, report, facts)
+
+
+class BundleBaselines:
+    """The baseline run in a bundle file given with ``verify --baseline``: it is verified
+    when first asked for (an unreadable file raises the bundle's error, naming the file)."""
+
+    given = True  # named by the user: the check says so when the run pins no baseline
+
+    def __init__(
+        self, path: str | Path, trusted_keys: Sequence[PublicKey], task: str | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.trusted_keys = list(trusted_keys)
+        self.task = task
+        self._found: BaselineRun | str | None = None
+
+    def baseline(self, run_id: str) -> BaselineRun | str:
+        if self._found is None:
+            self._found = self._verify()
+        return self._found  # another run than ``run_id`` fails the comparison
+
+    def _verify(self) -> BaselineRun | str:
+        from holedger.replay.bundle import verify_bundle
+        from holedger.replay.projections import PROJECTIONS
+
+        projections, facts = capturing(PROJECTIONS)
+        try:
+            report = verify_bundle(
+                self.path,
+                trusted_keys=self.trusted_keys,
+                projections=projections,
+                task=self.task,
+                baseline=None,
+            )
+        except HoledgerError as exc:  # the same error, naming the file it is about
+            raise type(exc)(f"baseline bundle {self.path}: {exc.message}", hint=exc.hint) from exc
+        return baseline_run(report.run_id, report, facts)
+
+
+class BaselineProjection:
+    name = "baseline"
+
+    def __init__(self, ctx: ReplayContext) -> None:
+        self.ctx = ctx
+        self.pinned: SeedBaseline | None = ctx.opened.seed_baseline
+        # Absent: the caller has no source of baseline runs (the check says what to give);
+        # None: this is a baseline run's own replay, whose pinned baseline (it should have
+        # none) is not followed, so a cycle of pins cannot recurse.
+        source = ctx.extra.get(EXTRA_KEY, ())
+        self.nested = source is None
+        self.source = cast(BaselineSource, source) if hasattr(source, "baseline") else None
+
+    def apply(self, rec: Record, payload: Model) -> None:
+        return None
+
+    def finish(self, out: ReportBuilder) -> None:
+        pinned = self.pinned
+        if self.nested:
+            return  # a baseline run's own replay: its pin, if any, is judged by the caller
+        if pinned is None:  # a baseline run itself (or a run of a task with no baseline)
+            if getattr(self.source, "given", False):
+                out.warn(CHECK, False, "the run pins no seed baseline: --baseline not used")
+            return
+        run_id = pinned.baseline_run_id
+        if run_id is None:
+            out.warn(CHECK, False, "E(H0) is pinned without naming a baseline run to check")
+            return
+        if self.source is None:
+            out.warn(
+                CHECK,
+                False,
+                f"not checked: E(H0) is pinned from baseline run {run_id}; give its bundle "
+                "with --baseline",
+            )
+            return
+        found = self.source.baseline(run_id)
+        if isinstance(found, str):
+            out.warn(CHECK, False, f"not checked: {found}")
+            return
+        out.declare(CHECK, "the pinned E(H0) is what the named baseline run scored")
+        problems = _compare(self.ctx.opened, pinned, found)
+        for reason in problems:
+            out.fail(0, "RunOpened", reason, check=CHECK)
+        section = {
+            "run_id": run_id,
+            "verified": found.report.verified,
+            "events": found.report.events,
+            "failed_checks": found.report.failed_checks(),
+            "matches": not problems,
+        }
+        out.section("baseline", section)
+        if not problems:
+            digest = "per-case scores as pinned"
+            if pinned.per_case_digest is None:
+                digest = "no per-case digest pinned"
+            out.check(
+                CHECK,
+                True,
+                f"E(H0) {score_text(rational_to_str(pinned.e_h0))} is the E(H+) of baseline "
+                f"run {run_id}, verified ({found.report.events} events): same task digest, "
+                f"seed, server key and K; {digest}",
+            )
+
+
+def _compare(opened: RunOpened, pinned: SeedBaseline, found: BaselineRun) -> list[str]:
+    """What is wrong with ``found`` as the baseline ``pinned`` names (empty: nothing)."""
+    name = f"baseline run {found.run_id}"
+    if found.run_id != pinned.baseline_run_id:
+        return [
+            f"the baseline given is run {found.run_id}, not the pinned {pinned.baseline_run_id}"
+        ]
+    if not found.report.verified:
+        failed = ", ".join(found.report.failed_checks()) or "unknown"
+        return [f"{name} does not verify (failed checks: {failed})"]
+    base = found.opened
+    scored = found.scored
+    if base is None or scored is None:
+        return [f"{name} has no {'RunOpened' if base is None else 'RunScored'}"]
+    problems: list[str] = []
+    if base.keys["server"] != opened.keys["server"]:
+        key = base.keys["server"]
+        problems.append(f"{name} is signed by server key {key.name}+{key.key_id}, not this run's")
+    if base.task_digest != opened.task_digest:
+        problems.append(f"{name} is of task digest {base.task_digest}, not this run's")
+    if base.terms.seed_commit != opened.terms.seed_commit:
+        problems.append(f"{name} starts from seed {base.terms.seed_commit}, not this run's")
+    if base.optimizer != rules.BASELINE_OPTIMIZER or base.seed_baseline is not None:
+        problems.append(
+            f"{name} is not a seed-baseline run (optimizer {base.optimizer!r}"
+            f"{', pins a baseline of its own' if base.seed_baseline is not None else ''})"
+        )
+    if found.seed is None or scored.candidate != found.seed:
+        problems.append(f"{name} scored candidate {scored.candidate[:12]}, not its seed")
+    if scored.k != pinned.k or pinned.k != opened.terms.k:
+        problems.append(
+            f"{name} scored with K={scored.k}; the pin says K={pinned.k}, this run's K is "
+            f"{opened.terms.k}"
+        )
+    if scored.e_h_plus != pinned.e_h0:
+        problems.append(
+            f"{name} scored E(H+) {rational_to_str(scored.e_h_plus)}, the pinned E(H0) is "
+            f"{rational_to_str(pinned.e_h0)}"
+        )
+    digest = rules.per_case_digest((c.case_id, c.scores) for c in scored.per_case)
+    if pinned.per_case_digest is not None and digest != pinned.per_case_digest:
+        problems.append(f"{name}'s per-case scores do not have the pinned digest")
+    return problems
