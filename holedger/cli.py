@@ -11,7 +11,7 @@ import click
 
 from holedger import __version__
 from holedger.errors import HoledgerError
-from holedger.output import pipe_closed
+from holedger.output import emit_json, pipe_closed
 
 # Each room's ``commands`` module has ``register(cli)``; the order is the help order.
 ROOM_COMMANDS = (
@@ -32,10 +32,19 @@ GLOBAL_OPTIONS = ("--home", "--ledger")
 
 class HoledgerGroup(click.Group):
     """Turns every HoledgerError, and click's own usage errors, into one line on stderr
-    with its exit code."""
+    with its exit code; a HoledgerError of a command given ``--json`` is also written to
+    stdout as ``{"error": {"message", "hint", "type", "exit_code"}}``, so a script reading
+    the JSON gets one document either way."""
+
+    wants_json = False
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        argv = kwargs.get("args", args[0] if args else None)
+        words = list(sys.argv[1:] if argv is None else argv)
+        self.wants_json = (
+            "--json" in words[: words.index("--")] if "--" in words else ("--json" in words)
+        )
         try:
             status = super().main(*args, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:  # `holedger run`: its help
@@ -53,6 +62,9 @@ class HoledgerGroup(click.Group):
                 )
             message = " ".join(exc.format_message().split())  # one line, no tabs
             click.echo(f"holedger: error: {message} (hint: {hint})", err=True)
+            if self.wants_json:
+                error = {"message": message, "hint": hint, "type": "usage"}
+                emit_json({"error": {**error, "exit_code": exc.exit_code}})
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             click.echo(f"holedger: error: {exc.format_message()}", err=True)
@@ -69,9 +81,20 @@ class HoledgerGroup(click.Group):
             return result
         except HoledgerError as exc:
             click.echo(f"holedger: error: {exc.one_line()}", err=True)
+            if self.wants_json:
+                emit_json({"error": error_json(exc)})
             sys.exit(exc.exit_code)
         except BrokenPipeError:
             pipe_closed()
+
+
+def error_json(exc: HoledgerError) -> dict[str, Any]:
+    """An error as ``--json`` prints it: message, hint, kind (``usage``, ``not_found``,
+    ``verification``, ``bundle``, ...: the error class, snake case, without "Error") and the
+    exit status."""
+    name = type(exc).__name__.removesuffix("Error") or "holedger"
+    kind = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+    return {"message": exc.message, "hint": exc.hint, "type": kind, "exit_code": exc.exit_code}
 
 
 @click.group(cls=HoledgerGroup, context_settings={"help_option_names": ["-h", "--help"]})

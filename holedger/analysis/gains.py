@@ -97,9 +97,11 @@ def run_gain(ledger: Ledger, run_id: str) -> RunGain | None:
 
 
 def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
-    """The gain of a run from its records (a ledger's or a bundle's), None if unscored."""
+    """The gain of a run from its records (a ledger's or a bundle's), None if unscored or
+    not closed (RunScored without the RunClosed that follows it: a truncated log)."""
     opened: RunOpened | None = None
     scored: RunScored | None = None
+    closed = False
     used = no_use()
     for rec in records:
         if rec.type == "RunOpened":
@@ -115,8 +117,10 @@ def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
             payload = rec.typed_payload()
             assert isinstance(payload, RunScored)
             scored = payload
-    if opened is None or scored is None:
-        return None
+        elif rec.type == "RunClosed":
+            closed = True
+    if opened is None or scored is None or not closed:
+        return None  # unscored, or a log cut before its end (a bundle's, say)
     budget = opened.terms.budget
     shares: dict[str, Fraction] = {}
     for split, limit, use in (("dev", budget.dev, used.dev), ("val", budget.val, used.val)):

@@ -569,7 +569,9 @@ class BundleChecks:
                 "format_version": self.bundle.version,
                 "sha256": self.bundle.digest,
                 "bytes": self.bundle.size,
-                "redacted": self.bundle.redacted_bundle,
+                # What the bundle holds, not what its (unsigned) manifest says: a flag
+                # flipped to true on a whole bundle does not make its report say redacted.
+                "redacted": bool(self.bundle.redacted_digests),
             },
         )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from replay_protocol.runs import E_H0, RunWriter, honest_finish, honest_search, terms
 
-from holedger.analysis.gains import collect, run_gain, summarize
+from holedger.analysis.gains import collect, gain_of, run_gain, summarize
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
@@ -151,3 +151,18 @@ def test_runs_of_two_versions_of_a_task_are_not_pooled(tmp_path: Path) -> None:
     groups = summarize(collect(ledger))
     assert len(groups) == 2 and "c" * 64 in {g.task_digest for g in groups}
     assert all(g.to_json()["runs"] == 1 for g in groups)
+
+
+def test_a_log_cut_after_its_score_counts_no_gain(tmp_path: Path) -> None:
+    """A bundle (or any record stream) whose RunScored is not followed by RunClosed is a
+    cut log: analysis does not count its gain, verified or not."""
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", SigningKey.generate("t"))
+    writer = _scored_run(ledger)
+    records = list(ledger.records(writer.run_id))
+    types = [r.type for r in records]
+    assert "RunScored" in types and "RunClosed" in types
+    assert gain_of(writer.run_id, records) is not None
+    cut = records[: types.index("RunClosed")]
+    assert "RunScored" in [r.type for r in cut]
+    assert gain_of(writer.run_id, cut) is None
+    ledger.close()

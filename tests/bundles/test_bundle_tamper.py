@@ -232,6 +232,23 @@ def test_blob_turned_into_a_redaction_is_refused_or_visible(genuine: Path, tmp_p
     assert report.sections["bundle"]["redacted"] is True
 
 
+def test_a_manifest_flag_flipped_to_redacted_does_not_make_the_report_say_so(
+    genuine: Path, tmp_path: Path
+) -> None:
+    """The manifest is not signed: its flag alone, flipped to true on a bundle that holds
+    every blob, changes nothing the report says; every blob is still checked."""
+    entries = entries_of(genuine)
+    manifest = json.loads(entries[0][1])
+    assert manifest["redacted"] is False
+    manifest["redacted"] = True
+    entries[0] = (0x01, canonical_json(manifest))
+    report = check(rewrite(genuine, tmp_path / "flag.hlb", entries))
+    assert report.verified, report.failures
+    assert report.sections["bundle"]["redacted"] is False
+    assert "redacted" not in report.sections
+    assert check(genuine).sections["bundle"]["redacted"] is False
+
+
 def _git_entries(entries: list[tuple[int, bytes]]) -> list[int]:
     return [i for i, (k, _) in enumerate(entries) if k == 0x06]
 

@@ -201,6 +201,33 @@ def test_bad_usage_or_unknown_run_exits_2(home: tuple[Path, str], args: list[str
     assert "(hint: " in result.output
 
 
+def test_an_error_under_json_is_also_a_json_document_on_stdout(
+    home: tuple[Path, str],
+) -> None:
+    """A script reading --json output gets one document on an error too (the one-line
+    message stays on stderr); without --json, stdout stays empty."""
+    path, _ = home
+    junk = path / "junk.hlb"
+    junk.write_bytes(b"not a bundle")
+    for args, kind in (
+        (["--home", str(path), "replay", "not-a-run-id", "--json"], "usage"),
+        (
+            ["--home", str(path), "replay", "00000000-0000-4000-8000-000000000000", "--json"],
+            "not_found",
+        ),
+        (["verify", str(junk), "--json"], "bundle"),
+        (["--home", str(path), "eval", "x", "seed", "--split", "test", "--json"], "usage"),
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        error = json.loads(result.stdout)["error"]
+        assert error["type"] == kind and error["exit_code"] == 2, error
+        assert error["message"] and error["hint"]
+        assert result.stderr == f"holedger: error: {error['message']} (hint: {error['hint']})\n"
+        plain = CliRunner().invoke(cli, [a for a in args if a != "--json"])
+        assert plain.exit_code == 2 and plain.stdout == "" and plain.stderr == result.stderr
+
+
 def test_replay_without_a_ledger_exits_2(tmp_path: Path) -> None:
     result = replay(tmp_path / "nowhere", "00000000-0000-4000-8000-000000000000")
     assert result.exit_code == 2, result.output
