@@ -47,7 +47,7 @@ from holedger.ledger.note import (
     verify_checkpoint,
 )
 from holedger.ledger.records import Record, parse_record
-from holedger.replay.report import ReplayReport
+from holedger.replay.report import ReplayReport, counted
 
 if TYPE_CHECKING:
     from holedger.replay.engine import ProjectionFactory
@@ -553,11 +553,21 @@ class BundleChecks:
         if self.policy is not None:
             out.declare("witnesses", "the final checkpoint meets the witness policy")
             if not quorum_met:
+                finals = [e for e in witnessed if e["final"]]
+                best = max((len(e["witnesses"]) for e in finals), default=0)
+                external = any(e["source"] == "external" for e in finals)
                 out.fail(
                     None,
                     None,
-                    "no checkpoint note for the final checkpoint meets the witness quorum "
-                    f"{self.policy.quorum!r}",
+                    f"no checkpoint note for the final checkpoint meets the witness quorum "
+                    f"({quorum_text(self.policy)}): the best carries "
+                    f"{counted(best, 'cosignature')} of the policy's witnesses"
+                    + (
+                        ""
+                        if external
+                        else "; a bundle's own notes carry none: give the cosigned note "
+                        "with --checkpoint"
+                    ),
                     check="witnesses",
                 )
         if notes or self.policy is not None:
@@ -618,6 +628,20 @@ class BundleChecks:
             "witnesses": sorted(verified.witnesses),
             "quorum": policy.satisfied(names) if policy is not None else None,
         }
+
+
+def quorum_text(policy: TlogPolicy) -> str:
+    """The quorum for people: "2 of the 3 witnesses given", or the policy's own name."""
+    group = policy.groups.get(policy.quorum)
+    if (
+        group is not None
+        and policy.quorum == "witnesses"
+        and set(group.members) == set(policy.witnesses)
+    ):  # made from --witness and --quorum
+        return (
+            f"{group.threshold} of the {counted(len(group.members), 'witness', 'witnesses')} given"
+        )
+    return f"the policy's quorum {policy.quorum!r}"
 
 
 def _declared_key(info: Any) -> PublicKey:

@@ -159,10 +159,11 @@ def _load_run(ledger: Any, run: str) -> _RunLog:
 # ---------------------------------------------------------------- export / verify
 
 
-def _check_export_note(ledger: Any, run_id: str, path: str, note: str) -> None:
-    """A note carried in a bundle must be one of the run's own checkpoints, signed by its
-    server key (witness cosignatures are checked by the verifier, against its policy):
-    refused here, before anything is written, rather than found broken by every verifier."""
+def _check_export_note(ledger: Any, run_id: str, path: str, note: str) -> int:
+    """A note carried in a bundle (or a proof) must be one of the run's own checkpoints,
+    signed by its server key (witness cosignatures are checked by the verifier, against its
+    policy): refused here, before anything is written, rather than found broken by every
+    verifier. Returns the note's tree size."""
     info = ledger.run_terms(run_id).keys.get("server")
     server = None if info is None else PublicKey.declared(info.name, info.public_key)
     roots = {
@@ -182,6 +183,7 @@ def _check_export_note(ledger: Any, run_id: str, path: str, note: str) -> None:
             f"checkpoint note {path} (size {cp.size}) is not a checkpoint of run {run_id}",
             hint=hint,
         )
+    return cp.size
 
 
 @click.command("export")
@@ -397,6 +399,12 @@ def parse_consistency_text(text: str) -> tuple[int, list[bytes], str]:
     help="Like --from-checkpoint, from a tree size (a verifier then needs a checkpoint "
     "note of that size, kept from when the log had it).",
 )
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    help="Prove against this checkpoint note of the run (e.g. one witnesses cosigned) "
+    "instead of the latest.",
+)
 @click.option("-o", "--output", "output", help="Write the proof here (default: stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (and the proof).")
 @click.pass_context
@@ -406,6 +414,7 @@ def prove_cmd(
     seq: int | None,
     from_checkpoint: str | None,
     from_size: int | None,
+    checkpoint_file: str | None,
     output: str | None,
     as_json: bool,
 ) -> None:
@@ -415,17 +424,21 @@ def prove_cmd(
     ledger = _open_ledger(ctx)
     try:
         log = _load_run(ledger, run)
+        size, note = log.checkpoint_size, log.checkpoint_note
+        if checkpoint_file is not None:  # a (cosigned) note of one of the run's checkpoints
+            note = _read_text(checkpoint_file, "checkpoint")
+            size = _check_export_note(ledger, log.run_id, checkpoint_file, note)
     finally:
         ledger.close()
-    size = log.checkpoint_size
+    which = "the latest checkpoint" if checkpoint_file is None else "that checkpoint"
     if seq is not None:
         if not 0 <= seq < size:
             raise UsageError(
-                f"event {seq} is not covered by the latest checkpoint (size {size})",
+                f"event {seq} is not covered by {which} (size {size})",
                 hint=f"choose a seq from 0 to {size - 1}",
             )
         proof_hashes = log.tree.inclusion_proof(seq, size)
-        text = TlogProof(seq, tuple(proof_hashes), log.checkpoint_note, log.records[seq]).render()
+        text = TlogProof(seq, tuple(proof_hashes), note, log.records[seq]).render()
         kind = "inclusion"
         summary: dict[str, Any] = {"kind": kind, "seq": seq}
     else:
@@ -438,7 +451,7 @@ def prove_cmd(
         if not 0 < size1 <= size:
             raise UsageError(f"no consistency proof from size {size1} to size {size}")
         proof_hashes = log.tree.consistency_proof(size1, size)
-        text = consistency_text(size1, proof_hashes, log.checkpoint_note)
+        text = consistency_text(size1, proof_hashes, note)
         summary = {"kind": "consistency", "old_size": size1}
     summary.update({"run_id": log.run_id, "tree_size": size, "hashes": len(proof_hashes)})
     if as_json:
@@ -510,6 +523,9 @@ def verify_proof_cmd(
         else:
             result = _verify_inclusion(text, keys)
         result.update(_witness_result(result.pop("note"), keys, policy))
+        if "witnesses" in result:
+            cosigners = ", ".join(result["witnesses"]) or "none needed"
+            result["summary"] += f"; witness quorum met (cosigned by {cosigners})"
         result["verified"] = True
     except VerificationError as exc:
         result = {"verified": False, "reason": exc.message}
@@ -529,7 +545,13 @@ def _witness_result(note: str, keys: list[PublicKey], policy: Any) -> dict[str, 
     v = verify_checkpoint(note, log_keys, witnesses=list(policy.witnesses.values()))
     names = policy.witness_names_for(v.witnesses)
     if not policy.satisfied(names):
-        raise VerificationError(f"checkpoint cosignatures do not meet quorum {policy.quorum!r}")
+        from holedger.replay.bundle import quorum_text
+
+        raise VerificationError(
+            f"the proof's checkpoint cosignatures ({len(v.witnesses)}) do not meet the witness "
+            f"quorum ({quorum_text(policy)}); prove against a cosigned note: 'holedger prove "
+            "RUN --checkpoint COSIGNED_NOTE'"
+        )
     return {"witnesses": sorted(v.witnesses)}
 
 

@@ -178,7 +178,21 @@ def test_witness_cosignature_and_policy_on_bundle_verify(
     assert run(sample, "verify", str(witnessed), "--witness", wvkeys[0])[0] == 0
     code, text = run(sample, "verify", str(plain), "--witness", wvkeys[0], "--json")
     assert code == 1
-    assert "witnesses" in [c["name"] for c in json.loads(text)["checks"] if not c["ok"]]
+    [failed] = [c for c in json.loads(text)["checks"] if c["name"] == "witnesses"]
+    assert not failed["ok"] and failed["detail"] == (
+        "no checkpoint note for the final checkpoint meets the witness quorum (1 of the 1 "
+        "witness given): the best carries 0 cosignatures of the policy's witnesses; a "
+        "bundle's own notes carry none: give the cosigned note with --checkpoint"
+    )
+    # Two witnesses, both needed: the cosigned note, given, carries one of them.
+    two = ["--witness", wvkeys[0], "--witness", wvkeys[1], "--quorum", "2"]
+    code, text = run(sample, "verify", str(plain), "--checkpoint", str(cosigned), *two, "--json")
+    assert code == 1
+    [failed] = [c for c in json.loads(text)["checks"] if c["name"] == "witnesses"]
+    assert failed["detail"] == (
+        "no checkpoint note for the final checkpoint meets the witness quorum (2 of the 2 "
+        "witnesses given): the best carries 1 cosignature of the policy's witnesses"
+    )
     # Policy: the operator key and one of two witnesses; then both (not met).
     for quorum, expected in (("any", 0), ("all", 1)):
         policy = tmp_path / f"{quorum}.policy"
@@ -188,6 +202,39 @@ def test_witness_cosignature_and_policy_on_bundle_verify(
         )
         code, text = run(sample, "verify", str(witnessed), "--policy", str(policy))
         assert code == expected, (quorum, text)
+    # An inclusion proof carries the latest note, which no witness cosigned: a verifier
+    # demanding a witness is told to ask for one proved against the cosigned note.
+    latest, cosigned_proof = tmp_path / "latest.proof", tmp_path / "cosigned.proof"
+    assert run(sample, "prove", sample.run_id, "--seq", "2", "-o", str(latest))[0] == 0
+    code, text = run(
+        sample, "verify-proof", str(latest), "--trusted-key", vkey, "--witness", wvkeys[0]
+    )
+    assert code == 1 and "do not meet the witness quorum (1 of the 1 witness given)" in text
+    assert "holedger prove RUN --checkpoint COSIGNED_NOTE" in text
+    args = ["prove", sample.run_id, "--seq", "2", "--checkpoint", str(cosigned)]
+    assert run(sample, *args, "-o", str(cosigned_proof))[0] == 0
+    verify = ["verify-proof", str(cosigned_proof), "--trusted-key", vkey]
+    code, text = run(sample, *verify, "--witness", wvkeys[0], "--json")
+    assert code == 0, text
+    result = json.loads(text)
+    assert result["witnesses"] == ["w1.example"] and result["seq"] == 2
+    assert result["summary"].endswith("; witness quorum met (cosigned by w1.example)")
+    code, text = run(sample, *verify, "--witness", wvkeys[0], "--witness", wvkeys[1])
+    assert code == 1 and "(1) do not meet the witness quorum (2 of the 2 witnesses given)" in text
+    # a note that is not one of the run's checkpoints is refused, nothing written
+    other = tmp_path / "other.proof"
+    code, text = run(
+        sample,
+        "prove",
+        sample.run_id,
+        "--seq",
+        "2",
+        "--checkpoint",
+        str(stranger_log),
+        "-o",
+        str(other),
+    )
+    assert code == 2 and "checkpoint note" in text and not other.exists()
     # The same cosigned note given as a published checkpoint pins the bundle too.
     code, text = run(sample, "verify", str(plain), "--checkpoint", str(cosigned), "--json")
     assert code == 0, text
