@@ -11,7 +11,7 @@ import click
 
 from holedger import __version__
 from holedger.errors import HoledgerError
-from holedger.output import emit_json, pipe_closed
+from holedger.output import emit_json, json_written, pipe_closed
 
 # Each room's ``commands`` module has ``register(cli)``; the order is the help order.
 ROOM_COMMANDS = (
@@ -42,6 +42,7 @@ class HoledgerGroup(click.Group):
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args", args[0] if args else None)
         words = list(sys.argv[1:] if argv is None else argv)
+        json_written(reset=True)
         self.wants_json = (
             "--json" in words[: words.index("--")] if "--" in words else ("--json" in words)
         )
@@ -62,7 +63,7 @@ class HoledgerGroup(click.Group):
                 )
             message = " ".join(exc.format_message().split())  # one line, no tabs
             click.echo(f"holedger: error: {message} (hint: {hint})", err=True)
-            if self.wants_json:
+            if self.wants_json and not json_written():
                 error = {"message": message, "hint": hint, "type": "usage"}
                 emit_json({"error": {**error, "exit_code": exc.exit_code}})
             sys.exit(exc.exit_code)
@@ -81,7 +82,7 @@ class HoledgerGroup(click.Group):
             return result
         except HoledgerError as exc:
             click.echo(f"holedger: error: {exc.one_line()}", err=True)
-            if self.wants_json:
+            if self.wants_json and not json_written():
                 emit_json({"error": error_json(exc)})
             sys.exit(exc.exit_code)
         except BrokenPipeError:

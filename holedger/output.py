@@ -25,9 +25,25 @@ def settings(ctx: click.Context) -> Settings:
     return obj
 
 
+_json_written = False
+
+
 def emit_json(data: Any) -> None:
     """One JSON document on stdout (scripts read it)."""
+    global _json_written
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    _json_written = True
+
+
+def json_written(reset: bool = False) -> bool:
+    """Whether this command has written its JSON document already (``reset``: forget it,
+    as a new command starts). A command that prints its report and then fails with an exit
+    status (``task verify`` of a damaged task) has said all; no error document follows."""
+    global _json_written
+    written = _json_written
+    if reset:
+        _json_written = False
+    return written
 
 
 def pipe_closed() -> None:

@@ -37,6 +37,7 @@ class RunGain:
     band: Fraction
     budget_used: dict[str, Fraction]
     verified: bool | None = None
+    models: tuple[str, ...] = ()  # the target models the run's task pins
 
     @property
     def above_band(self) -> bool:
@@ -48,6 +49,7 @@ class RunGain:
             "task_id": self.task_id,
             "task_digest": self.task_digest,
             "optimizer": self.optimizer,
+            "models": list(self.models),
             "e_h_plus": rational_to_str(self.e_h_plus),
             "e_h0": rational_to_str(self.e_h0),
             "g": None if self.g is None else rational_to_str(self.g),
@@ -138,6 +140,7 @@ def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
         g=scored.g,
         band=opened.terms.resolution_band,
         budget_used=shares,
+        models=tuple(opened.terms.models),
     )
 
 

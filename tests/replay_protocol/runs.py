@@ -104,14 +104,19 @@ class RunWriter:
     """Writes one run event by event; ``honest`` decisions come from the rules."""
 
     def __init__(
-        self, ledger: Ledger, run_terms: TaskTerms, *, task_digest: str = TASK_DIGEST
+        self,
+        ledger: Ledger,
+        run_terms: TaskTerms,
+        *,
+        task_digest: str = TASK_DIGEST,
+        optimizer: str = "test",
     ) -> None:
         self.ledger = ledger
         self.terms = run_terms
         self.run_id = ledger.open_run(
             run_terms,
             task_digest=task_digest,
-            optimizer="test",
+            optimizer=optimizer,
             seed_baseline=SeedBaseline(e_h0=E_H0, k=K),
         )
         self.used = rules.no_use()
