@@ -156,6 +156,10 @@ def collect(
     """Every scored run's gain, optionally only runs that replay verifies (with
     ``trusted_keys`` pinned, if given; the ids of the scored runs that do not verify are
     appended to ``excluded`` when it is given)."""
+    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+
+    # One source for every run: a task's baseline run is replayed once, not once per run.
+    baselines = {EXTRA_KEY: LedgerBaselines(ledger, trusted_keys)}
     gains = []
     for info in ledger.runs():
         if info.state != "closed" or (task_id and info.task_id != task_id):
@@ -169,7 +173,7 @@ def collect(
         def replayed(run_id: str = info.run_id) -> bool:
             from holedger.replay.engine import replay_run
 
-            return replay_run(ledger, run_id, trusted_keys=trusted_keys).verified
+            return replay_run(ledger, run_id, trusted_keys=trusted_keys, extra=baselines).verified
 
         kept = _kept(gain, include_baselines, replayed if verify else None, excluded)
         if kept is not None:

@@ -17,9 +17,12 @@ and compares:
 
 Where the baseline run comes from is the caller's: ``replay`` reads it from the same
 ledger (:class:`LedgerBaselines`), ``verify`` from the bundle given with ``--baseline``
-(:class:`BundleBaselines`). With no source, or a source that does not hold the run, the
-check is a warning that says so and what to give; the verdict does not depend on it, as
-it did not before the check existed. A mismatch fails the verdict.
+(:class:`BundleBaselines`). Without the baseline bundle, the check is a warning that says
+so and what to give; the verdict does not depend on it. A mismatch fails the verdict, and
+so do what only a rewritten log can hold: a scored run (not itself a baseline run) with
+no pinned baseline, and, replayed from a ledger, a pinned baseline run that is not in it
+(the server pins only runs of its own ledger). A pin that names no run (only a hand-made
+log has one) is a warning.
 """
 
 from __future__ import annotations
@@ -59,9 +62,18 @@ class BaselineRun:
     scored: RunScored | None
 
 
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a baseline run cannot be had; ``fails`` when that is itself a fault of the log
+    (a home's ledger always holds the baseline runs its runs pin), not a missing file."""
+
+    reason: str
+    fails: bool = False
+
+
 class BaselineSource(Protocol):
-    def baseline(self, run_id: str) -> BaselineRun | str:
-        """The replayed baseline run ``run_id``, or why it cannot be had (one line)."""
+    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
+        """The replayed baseline run ``run_id``, or why it cannot be had."""
 
 
 class _Capture:
@@ -125,24 +137,27 @@ class LedgerBaselines:
         self.ledger = ledger
         self.trusted_keys = list(trusted_keys)
         self.extra = {k: v for k, v in (extra or {}).items() if k in SHARED_EXTRA}
-        self._seen: dict[str, BaselineRun | str] = {}
+        self._seen: dict[str, BaselineRun | Unavailable] = {}
 
-    def baseline(self, run_id: str) -> BaselineRun | str:
+    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
         if run_id not in self._seen:
             self._seen[run_id] = self._replay(run_id)
         return self._seen[run_id]
 
-    def _replay(self, run_id: str) -> BaselineRun | str:
+    def _replay(self, run_id: str) -> BaselineRun | Unavailable:
         from holedger.ledger.store import Ledger
         from holedger.replay.engine import replay_run
         from holedger.replay.projections import PROJECTIONS
 
         assert isinstance(self.ledger, Ledger)
-        if not self.ledger.stored_count(run_id):
-            return (
-                f"baseline run {run_id} is not in this ledger: export it where it is and "
-                "check it with 'holedger verify BUNDLE --baseline BASELINE_BUNDLE'"
-            )
+        # The server pins only baseline runs of its own ledger: one that is not there (or
+        # an id that is no run id at all) is a fault of the log, not a file to ask for.
+        try:
+            stored = self.ledger.stored_count(run_id)
+        except HoledgerError as exc:
+            return Unavailable(f"the pinned baseline run id is unusable: {exc.message}", True)
+        if not stored:
+            return Unavailable(f"the pinned baseline run {run_id} is not in this ledger", True)
         projections, facts = capturing(PROJECTIONS)
         report = replay_run(
             self.ledger,
@@ -166,14 +181,14 @@ class BundleBaselines:
         self.path = Path(path)
         self.trusted_keys = list(trusted_keys)
         self.task = task
-        self._found: BaselineRun | str | None = None
+        self._found: BaselineRun | None = None
 
-    def baseline(self, run_id: str) -> BaselineRun | str:
+    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
         if self._found is None:
             self._found = self._verify()
         return self._found  # another run than ``run_id`` fails the comparison
 
-    def _verify(self) -> BaselineRun | str:
+    def _verify(self) -> BaselineRun:
         from holedger.replay.bundle import verify_bundle
         from holedger.replay.projections import PROJECTIONS
 
@@ -204,42 +219,69 @@ class BaselineProjection:
         self.nested = source is None
         self.source = cast(BaselineSource, source) if hasattr(source, "baseline") else None
 
+        self.scored = False
+
     def apply(self, rec: Record, payload: Model) -> None:
-        return None
+        if isinstance(payload, RunScored):
+            self.scored = True
+
+    def _unchecked(self, out: ReportBuilder, reason: str, **section: object) -> None:
+        """The check did not run: a warning saying why (the verdict does not depend on it)."""
+        out.warn(CHECK, False, reason)
+        out.section("baseline", {"checked": False, "reason": reason, **section})
 
     def finish(self, out: ReportBuilder) -> None:
         pinned = self.pinned
+        opened = self.ctx.opened
         if self.nested:
             return  # a baseline run's own replay: its pin, if any, is judged by the caller
-        if pinned is None:  # a baseline run itself (or a run of a task with no baseline)
-            if getattr(self.source, "given", False):
-                out.warn(CHECK, False, "the run pins no seed baseline: --baseline not used")
+        if pinned is None:
+            if self.scored and opened.optimizer != rules.BASELINE_OPTIMIZER:
+                # The server scores a run only against a pinned baseline; a scored run
+                # without one had its E(H0) written by hand (or its pin removed).
+                out.declare(CHECK, "the pinned E(H0) is what the named baseline run scored")
+                out.fail(
+                    0,
+                    "RunOpened",
+                    f"a scored run of optimizer {opened.optimizer!r} pins no seed baseline: "
+                    "its E(H0) comes from nowhere the log can show",
+                    check=CHECK,
+                )
+            elif getattr(self.source, "given", False):
+                self._unchecked(out, "the run pins no seed baseline: --baseline not used")
             return
         run_id = pinned.baseline_run_id
         if run_id is None:
-            out.warn(CHECK, False, "E(H0) is pinned without naming a baseline run to check")
+            self._unchecked(out, "E(H0) is pinned without naming a baseline run to check")
             return
         if self.source is None:
-            out.warn(
-                CHECK,
-                False,
+            self._unchecked(
+                out,
                 f"not checked: E(H0) is pinned from baseline run {run_id}; give its bundle "
                 "with --baseline",
+                run_id=run_id,
             )
             return
         found = self.source.baseline(run_id)
-        if isinstance(found, str):
-            out.warn(CHECK, False, f"not checked: {found}")
-            return
         out.declare(CHECK, "the pinned E(H0) is what the named baseline run scored")
+        if isinstance(found, Unavailable):
+            if found.fails:
+                out.fail(0, "RunOpened", found.reason, check=CHECK)
+                out.section("baseline", {"checked": False, "reason": found.reason})
+            else:
+                self._unchecked(out, f"not checked: {found.reason}", run_id=run_id)
+            return
         problems = _compare(self.ctx.opened, pinned, found)
         for reason in problems:
             out.fail(0, "RunOpened", reason, check=CHECK)
+        warned = [c.name for c in found.report.checks if c.level == "warning" and not c.ok]
         section = {
+            "checked": True,
             "run_id": run_id,
             "verified": found.report.verified,
             "events": found.report.events,
             "failed_checks": found.report.failed_checks(),
+            "warnings": warned,
             "matches": not problems,
         }
         out.section("baseline", section)
@@ -252,7 +294,8 @@ class BaselineProjection:
                 True,
                 f"E(H0) {score_text(rational_to_str(pinned.e_h0))} is the E(H+) of baseline "
                 f"run {run_id}, verified ({found.report.events} events): same task digest, "
-                f"seed, server key and K; {digest}",
+                f"seed, server key and K; {digest}"
+                + (f" (its warnings: {', '.join(warned)})" if warned else ""),
             )
 
 
@@ -283,8 +326,12 @@ def _compare(opened: RunOpened, pinned: SeedBaseline, found: BaselineRun) -> lis
             f"{name} is not a seed-baseline run (optimizer {base.optimizer!r}"
             f"{', pins a baseline of its own' if base.seed_baseline is not None else ''})"
         )
-    if found.seed is None or scored.candidate != found.seed:
-        problems.append(f"{name} scored candidate {scored.candidate[:12]}, not its seed")
+    if found.seed != base.terms.seed_commit or scored.candidate != base.terms.seed_commit:
+        problems.append(
+            f"{name} scored candidate {scored.candidate[:12]}, not its seed "
+            f"{base.terms.seed_commit[:12]}"
+            + ("" if found.seed == base.terms.seed_commit else " (committed first: another)")
+        )
     if scored.k != pinned.k or pinned.k != opened.terms.k:
         problems.append(
             f"{name} scored with K={scored.k}; the pin says K={pinned.k}, this run's K is "

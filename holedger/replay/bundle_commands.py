@@ -313,7 +313,7 @@ def _baseline_run_id(ledger: Ledger, run_id: str) -> str:
 @click.option(
     "--baseline",
     "baseline",
-    type=click.Path(dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False),
     help="The bundle of the run's seed-baseline run: verified too, and its score compared "
     "with the pinned E(H0).",
 )

@@ -113,6 +113,14 @@ class ScoresProjection:
             if self.baseline.k != k:
                 self._fail(seq, f"the pinned seed baseline used K={self.baseline.k}, not {k}")
             e0 = self.baseline.e_h0
+        elif self.ctx.opened.optimizer == rules.BASELINE_OPTIMIZER and e_plus is not None:
+            # A seed-baseline run scores the seed against itself: its E(H0) is its E(H+).
+            if scored.e_h0 != e_plus:
+                self._fail(
+                    seq,
+                    f"a seed-baseline run's E(H0) {_r(scored.e_h0)} is not its own E(H+) "
+                    f"{_r(e_plus)}",
+                )
         g = rules.normalized_gain(e_plus, e0) if e_plus is not None else None
         if e_plus is not None and scored.g != g:
             self._fail(
@@ -192,5 +200,5 @@ def _baseline_text(section: dict[str, Any]) -> str:
     if section.get("e_h0_source") != "pinned seed baseline":
         return "as recorded (no seed baseline pinned)"
     if run:
-        return f"as pinned from baseline run {run} (the baseline check compares them)"
+        return f"as pinned from baseline run {run} (see the baseline check)"
     return "as pinned (no baseline run named)"

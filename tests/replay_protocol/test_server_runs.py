@@ -8,6 +8,7 @@ also carries a lookup table of the test answers, which the leakage scan must rep
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -183,7 +184,7 @@ def test_server_run_verifies_and_the_scan_reports_the_unnominated_cheat(
     baseline = info["baseline_run_id"]
     assert baseline and report.sections["scores"]["baseline_run_id"] == baseline
     [detail] = [c.detail for c in report.checks if c.name == "scores"]
-    assert f"as pinned from baseline run {baseline} (the baseline check compares them)" in detail
+    assert f"as pinned from baseline run {baseline} (see the baseline check)" in detail
     assert report.failures == []
     assert report.verified
     warning = {c.name: c for c in report.checks}["candidate_scan_unnominated"]
@@ -413,12 +414,17 @@ def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
     )
 
 
-def test_a_pin_naming_no_baseline_run_of_the_task_fails_and_one_not_at_hand_warns(
+ABSENT = "00000000-0000-4000-8000-000000000000"
+
+
+def test_pins_only_a_rewritten_log_can_hold_fail_and_an_unnamed_one_warns(
     server_run: tuple[Settings, ServerTask, dict[str, Any]],
 ) -> None:
-    """Pinning the run itself (a cycle a naive check would follow for ever) fails: it is
-    not a seed-baseline run, it did not score its seed, its E(H+) is not the pin. A run id
-    the ledger does not hold is a warning that says what to give."""
+    """The key holder re-signs the run with its pin changed. Pinning the run itself (a
+    cycle a naive check would follow for ever) fails: it is not a seed-baseline run and did
+    not score its seed. A run id the ledger does not hold, or no run id at all, fails (the
+    server pins only runs of its own ledger), as does a scored run with its pin removed
+    (its E(H0) then comes from nowhere). A pin naming no run is a warning."""
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
@@ -434,10 +440,15 @@ def test_a_pin_naming_no_baseline_run_of_the_task_fails_and_one_not_at_hand_warn
         rows = _records(ledger, info["run_id"])
         for name, target in (
             ("itself", info["run_id"]),
-            ("absent", "00000000-0000-4000-8000-000000000000"),
+            ("absent", ABSENT),
+            ("malformed", "x"),
+            ("unnamed", None),
+            ("removed", "-"),
         ):
 
-            def pin(event_type: str, payload: dict[str, Any], to: str = target) -> dict[str, Any]:
+            def pin(event_type: str, payload: dict[str, Any], to: Any = target) -> dict[str, Any]:
+                if event_type == "RunOpened" and to == "-":
+                    return {k: v for k, v in payload.items() if k != "seed_baseline"}
                 if event_type == "RunOpened":
                     base = {**payload["seed_baseline"], "baseline_run_id": to}
                     return {**payload, "seed_baseline": base}
@@ -465,15 +476,32 @@ def test_a_pin_naming_no_baseline_run_of_the_task_fails_and_one_not_at_hand_warn
         f"{name} is not a seed-baseline run (optimizer 'replay-test', pins a baseline of its own)"
         in reasons
     )
-    assert f"{name} scored candidate {info['good'][:12]}, not its seed" in reasons
-    absent = reports["absent"]
-    assert absent.verified and "baseline" in absent.to_json()["warnings"]
-    [check] = [c for c in absent.checks if c.name == "baseline"]
-    assert check.level == "warning" and "is not in this ledger" in check.detail
-    assert "holedger verify BUNDLE --baseline BASELINE_BUNDLE" in check.detail
+    assert (
+        f"{name} scored candidate {info['good'][:12]}, not its seed {info['seed'][:12]}" in reasons
+    )
+    expected = {
+        "absent": f"the pinned baseline run {ABSENT} is not in this ledger",
+        "malformed": "the pinned baseline run id is unusable: not a run id: 'x'",
+        "removed": "a scored run of optimizer 'replay-test' pins no seed baseline: its E(H0) "
+        "comes from nowhere the log can show",
+    }
+    for case, reason in expected.items():
+        report = reports[case]
+        assert report.failed_checks() == ["baseline"], (case, report.failures)
+        assert [f.reason for f in report.failures] == [reason], case
+    unnamed = reports["unnamed"]
+    assert unnamed.verified and "baseline" in unnamed.to_json()["warnings"]
+    [check] = [c for c in unnamed.checks if c.name == "baseline"]
+    assert check.level == "warning" and check.detail == (
+        "E(H0) is pinned without naming a baseline run to check"
+    )
+    assert unnamed.sections["baseline"]["checked"] is False
 
 
-@pytest.mark.parametrize("forgery", ["other_key", "per_case_order", "optimizer_label"])
+@pytest.mark.parametrize(
+    "forgery",
+    ["other_key", "per_case_order", "optimizer_label", "task_digest", "seed", "truncated"],
+)
 def test_a_substituted_baseline_run_is_caught(
     server_run: tuple[Settings, ServerTask, dict[str, Any]], forgery: str
 ) -> None:
@@ -493,6 +521,10 @@ def test_a_substituted_baseline_run_is_caught(
             return {**payload, "per_case": list(reversed(payload["per_case"]))}
         if event_type == "RunOpened" and forgery == "optimizer_label":
             return {**payload, "optimizer": "my-optimizer"}
+        if event_type == "RunOpened" and forgery == "task_digest":
+            return {**payload, "task_digest": "e" * 64}
+        if event_type != "RunOpened" and forgery == "seed":  # another commit scored
+            return json.loads(json.dumps(payload).replace(info["seed"], "ab" * 20))
         return payload
 
     extra: dict[str, Any] = {"task_data": _task_data(task)}
@@ -500,8 +532,11 @@ def test_a_substituted_baseline_run_is_caught(
     try:
         baseline = info["baseline_run_id"]
         forged = resign_run(_records(ledger, baseline), key, edit=change)
+        if forgery == "truncated":  # cut before its RunScored
+            [scored_at] = [i for i, r in enumerate(forged) if b'"type":"RunScored"' in r]
+            forged = forged[:scored_at]
         found = _replayed(ledger, baseline, forged, extra)
-        assert found.report.verified, found.report.failures
+        assert found.report.verified == (forgery != "truncated"), found.report.failures
         report = replay_run(ledger, info["run_id"], extra={**extra, EXTRA_KEY: _Given(found)})
     finally:
         ledger.close()
@@ -514,6 +549,10 @@ def test_a_substituted_baseline_run_is_caught(
         "digest",
         "optimizer_label": f"baseline run {baseline} is not a seed-baseline run (optimizer "
         "'my-optimizer')",
+        "task_digest": f"baseline run {baseline} is of task digest {'e' * 64}, not this run's",
+        "seed": f"baseline run {baseline} scored candidate {'ab' * 6}, not its seed "
+        f"{info['seed'][:12]} (committed first: another)",
+        "truncated": f"baseline run {baseline} does not verify (failed checks: closed, scores)",
     }[forgery]
     assert failure.reason == expected
 
@@ -612,3 +651,43 @@ def _operator_vkey(settings: Settings) -> str:
     from holedger.ledger.keys import SigningKey
 
     return SigningKey.load(settings.key_path).public.vkey()
+
+
+def test_a_seed_baseline_run_must_score_the_seed_against_itself(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]],
+) -> None:
+    """A seed-baseline run pins no baseline: its E(H0) is its own E(H+). Re-signed with
+    another E(H0) (and g to match), the scores check fails."""
+    from ledger.attacker import resign_run
+
+    from holedger.ledger.keys import SigningKey
+    from holedger.replay.engine import LedgerBlobs, verify_records
+
+    settings, task, info = server_run
+    key = SigningKey.load(settings.key_path)
+
+    def lower(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if event_type == "RunScored":
+            return {**payload, "e_h0": "0.5", "g": "-1"}  # E(H+) is 0
+        return payload
+
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        baseline = info["baseline_run_id"]
+        honest = verify_records(
+            baseline,
+            resign_run(_records(ledger, baseline), key),
+            LedgerBlobs(ledger),
+            extra={"task_data": _task_data(task)},
+        )
+        forged = resign_run(_records(ledger, baseline), key, edit=lower)
+        report = verify_records(
+            baseline, forged, LedgerBlobs(ledger), extra={"task_data": _task_data(task)}
+        )
+    finally:
+        ledger.close()
+    assert honest.verified, honest.failures
+    assert report.failed_checks() == ["scores"], report.failures
+    assert [f.reason for f in report.failures] == [
+        "a seed-baseline run's E(H0) 0.5 is not its own E(H+) 0"
+    ]
