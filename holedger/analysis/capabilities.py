@@ -104,9 +104,11 @@ class TaskCapabilities:
                 {
                     "models": list(models),
                     "task_digest": digest,
-                    "e_h0": rational_to_str(self._e_h0((models, digest))),
+                    "e_h0": rational_to_str(e0[0]) if len(e0) == 1 else None,
+                    "e_h0_values": [rational_to_str(v) for v in e0],
                 }
                 for models, digest in agents
+                for e0 in [self._e_h0((models, digest))]
             ],
             "optimizers": self.optimizers,
             "cells": [
@@ -138,9 +140,11 @@ class TaskCapabilities:
             "updating_spread": _number(self.spread()),
         }
 
-    def _e_h0(self, agent: Agent) -> Fraction:
-        """The seed's pinned score for ``agent`` (the same in each run of its digest)."""
-        return next(r.e_h0 for (_, a), runs in self.cells.items() if a == agent for r in runs)
+    def _e_h0(self, agent: Agent) -> list[Fraction]:
+        """The seed's pinned scores in ``agent``'s runs, distinct and sorted: one value when
+        they all pin the same seed baseline (runs of one home do), more when runs gathered
+        from several homes or bundles pinned baselines of their own."""
+        return sorted({r.e_h0 for (_, a), runs in self.cells.items() if a == agent for r in runs})
 
 
 def capabilities(gains: Iterable[RunGain]) -> list[TaskCapabilities]:

@@ -62,8 +62,26 @@ def test_cells_rows_columns_and_spread_are_exact_means() -> None:
     data = table.to_json()
     assert [u["complete"] for u in data["updating"]] == [True, True, False]
     assert data["updating_spread"]["delta_exact"] == "5/48"
-    assert data["agents"][0] == {"models": ["m1"], "task_digest": DIGEST_A, "e_h0": "0.25"}
+    assert data["agents"][0] == {
+        "models": ["m1"],
+        "task_digest": DIGEST_A,
+        "e_h0": "0.25",
+        "e_h0_values": ["0.25"],
+    }
     assert {c["optimizer"] for c in data["cells"]} == {"o1", "o2", "o3"}
+
+
+def test_an_agent_whose_runs_pinned_different_baselines_has_no_single_e_h0() -> None:
+    """Runs gathered from two homes, each with its own seed-baseline run: the agent's E(H0)
+    is not one number, so none is reported as if it were; both values are listed."""
+    runs = [
+        _gain("o1", ("m1",), DIGEST_A, F(1, 2), F(1, 4)),
+        _gain("o2", ("m1",), DIGEST_A, F(1, 2), F(1, 3)),
+    ]
+    [table] = capabilities(runs)
+    [agent] = table.to_json()["agents"]
+    assert agent["e_h0"] is None
+    assert agent["e_h0_values"] == ["0.25", "1/3"]
 
 
 def test_two_versions_of_a_task_with_the_same_model_are_two_agents() -> None:
