@@ -71,6 +71,7 @@ def _collect(
         raise UsageError("--trusted-key pins the keys of --verify", hint="add --verify")
     keys = load_trusted_keys(list(trusted))
     excluded: list[str] = []
+    no_baseline: list[str] = []
     if bundles:
         gains = collect_bundles(
             list(bundles),
@@ -79,6 +80,7 @@ def _collect(
             verify=verify,
             excluded=excluded,
             trusted_keys=keys,
+            no_baseline=no_baseline,
         )
     else:
         cfg = settings(ctx)
@@ -96,12 +98,20 @@ def _collect(
             ledger.close()
     if verify:
         see = "holedger verify BUNDLE" if bundles else "holedger replay RUN"
-        note = (
-            f"{counted(len(excluded), 'scored run')} left out: replay does not verify "
-            f"{', '.join(r[:8] for r in excluded)} (see '{see}')"
-            if excluded
-            else "every scored run verifies"
-        )
+        parts = []
+        if excluded:
+            parts.append(
+                f"{counted(len(excluded), 'scored run')} left out: replay does not verify "
+                f"{', '.join(r[:8] for r in excluded)} (see '{see}')"
+            )
+        if no_baseline:
+            parts.append(
+                f"{counted(len(no_baseline), 'scored run')} left out: the bundle of the "
+                f"seed-baseline run its E(H0) is pinned to was not given "
+                f"({', '.join(r[:8] for r in no_baseline)}; add it with --bundle)"
+            )
+            excluded += no_baseline
+        note = "; ".join(parts) or "every scored run verifies"
         if not keys:
             note += " (under the keys each run declares: pin them with --trusted-key)"
     else:

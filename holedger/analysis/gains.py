@@ -38,6 +38,7 @@ class RunGain:
     budget_used: dict[str, Fraction]
     verified: bool | None = None
     models: tuple[str, ...] = ()  # the target models the run's task pins
+    baseline_run_id: str | None = None  # the seed-baseline run its E(H0) is pinned to
 
     @property
     def above_band(self) -> bool:
@@ -50,6 +51,7 @@ class RunGain:
             "task_digest": self.task_digest,
             "optimizer": self.optimizer,
             "models": list(self.models),
+            "baseline_run_id": self.baseline_run_id,
             "e_h_plus": rational_to_str(self.e_h_plus),
             "e_h0": rational_to_str(self.e_h0),
             "g": None if self.g is None else rational_to_str(self.g),
@@ -141,6 +143,9 @@ def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
         band=opened.terms.resolution_band,
         budget_used=shares,
         models=tuple(opened.terms.models),
+        baseline_run_id=(
+            opened.seed_baseline.baseline_run_id if opened.seed_baseline is not None else None
+        ),
     )
 
 
@@ -189,28 +194,69 @@ def collect_bundles(
     verify: bool = False,
     excluded: list[str] | None = None,
     trusted_keys: Sequence[PublicKey] = (),
+    no_baseline: list[str] | None = None,
 ) -> list[RunGain]:
-    """As :func:`collect`, from run bundles (``holedger export``) instead of a ledger."""
+    """As :func:`collect`, from run bundles (``holedger export``) instead of a ledger.
+
+    A run counts once, however many bundles of it are given. With ``verify``, the first of
+    its bundles that verifies counts (so the order of the files does not decide), and a
+    run pinned to a seed-baseline run is verified together with that run's bundle, which
+    must be among ``paths`` (as ``verify --baseline``): a run whose E(H0) cannot be
+    checked is left out, its id appended to ``no_baseline`` (and not to ``excluded``).
+    """
     from holedger.ledger.records import parse_record
     from holedger.replay.bundle import open_bundle, verify_bundle
 
-    gains = []
-    seen: set[str] = set()
+    # Every bundle's run and gain, in the order given.
+    found: list[tuple[str, str, RunGain | None]] = []
     for path in paths:
         with open_bundle(path) as bundle:
-            if bundle.run_id in seen:  # one run, however many bundles of it, counts once
-                continue
-            gain = gain_of(bundle.run_id, (parse_record(raw) for raw in bundle.records()))
-        if gain is None or (task_id and gain.task_id != task_id):
+            run_id = bundle.run_id
+            gain = gain_of(run_id, (parse_record(raw) for raw in bundle.records()))
+        found.append((path, run_id, gain))
+    by_run: dict[str, list[str]] = {}
+    scored: dict[str, list[tuple[str, RunGain]]] = {}  # the bundles of a run that scored it
+    for path, run_id, gain in found:
+        by_run.setdefault(run_id, []).append(path)
+        if gain is not None:
+            scored.setdefault(run_id, []).append((path, gain))
+
+    gains = []
+    seen: set[str] = set()
+    for _, run_id, gain in found:
+        if gain is None or run_id in seen:
             continue
-        seen.add(gain.run_id)
-
-        def verified(path: str = path) -> bool:
-            return verify_bundle(path, trusted_keys=trusted_keys).verified
-
-        kept = _kept(gain, include_baselines, verified if verify else None, excluded)
-        if kept is not None:
-            gains.append(kept)
+        seen.add(run_id)
+        if task_id and gain.task_id != task_id:
+            continue
+        if not verify:
+            kept = _kept(gain, include_baselines, None, excluded)
+            if kept is not None:
+                gains.append(kept)
+            continue
+        if gain.optimizer == BASELINE_OPTIMIZER and not include_baselines:
+            continue
+        # A run that names no baseline run is verified alone (replay decides: no pin fails,
+        # a pin without a run id is a warning); one that names it, with its bundle.
+        pinned = gain.baseline_run_id
+        baseline_paths: list[str | None] = [None]
+        if pinned is not None and gain.optimizer != BASELINE_OPTIMIZER:
+            if pinned not in by_run:
+                if no_baseline is not None:
+                    no_baseline.append(run_id)
+                continue
+            baseline_paths = list(by_run[pinned])
+        # The first (bundle, baseline bundle) pair that verifies; that bundle's gain counts.
+        for candidate, own in scored[run_id]:
+            if any(
+                verify_bundle(candidate, trusted_keys=trusted_keys, baseline=base).verified
+                for base in baseline_paths
+            ):
+                gains.append(RunGain(**{**own.__dict__, "verified": True}))
+                break
+        else:
+            if excluded is not None:
+                excluded.append(run_id)
     return gains
 
 

@@ -352,6 +352,8 @@ class VerifiedCheckpoint:
     log_key: str
     witnesses: tuple[str, ...]
     cosigned_at: tuple[tuple[str, int], ...]
+    # (name, key id) of each cosigner: a name alone does not identify a witness key
+    cosigners: tuple[tuple[str, bytes], ...] = ()
 
 
 def verify_checkpoint(
@@ -377,17 +379,15 @@ def verify_checkpoint(
     if origin is not None and cp.origin != origin:
         raise VerificationError(f"checkpoint origin {cp.origin!r} is not {origin!r}")
     wit_ids = {(v.name, v.key_id): v for v in witness_verifiers}
-    cosigned = [
-        (s.name, struct.unpack(">Q", s.signature[:8])[0])
-        for s in opened.verified
-        if (s.name, s.key_id) in wit_ids
-    ]
+    cosigns = [s for s in opened.verified if (s.name, s.key_id) in wit_ids]
+    cosigned = [(s.name, struct.unpack(">Q", s.signature[:8])[0]) for s in cosigns]
     return VerifiedCheckpoint(
         cp,
         note,
         f"{signers[0].name}+{signers[0].key_id.hex()}",
         tuple(name for name, _ in cosigned),
         tuple(cosigned),
+        tuple((s.name, s.key_id) for s in cosigns),
     )
 
 
@@ -517,10 +517,16 @@ class TlogPolicy:
         group = self.groups[name]
         return sum(self._holds(m, signed) for m in group.members) >= group.threshold
 
-    def witness_names_for(self, keys: Iterable[str]) -> set[str]:
-        """Policy names of witnesses whose key names are in ``keys``."""
-        wanted = set(keys)
-        return {n for n, k in self.witnesses.items() if k.name in wanted}
+    def witness_names_for(self, cosigners: Iterable[tuple[str, bytes]]) -> set[str]:
+        """Policy names of the witnesses among ``cosigners`` ((key name, cosignature key
+        id) pairs, :attr:`VerifiedCheckpoint.cosigners`): matched by name and key id, so
+        a cosignature by one key never counts for another key of the same name."""
+        wanted = set(cosigners)
+        return {
+            n
+            for n, k in self.witnesses.items()
+            if (k.name, cosigner_key_id(k.name, k.raw)) in wanted
+        }
 
 
 def parse_policy(text: str) -> TlogPolicy:

@@ -620,7 +620,7 @@ class BundleChecks:
                 check=check,
             )
             return None
-        names = policy.witness_names_for(verified.witnesses) if policy is not None else set()
+        names = policy.witness_names_for(verified.cosigners) if policy is not None else set()
         return {
             "source": source,
             "size": cp.size,

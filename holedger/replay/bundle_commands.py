@@ -111,8 +111,16 @@ def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | N
             )
         return None
     policy = TlogPolicy()
+    seen: set[bytes] = set()
     for i, text in enumerate(witnesses, start=1):
-        policy.witnesses[f"w{i}"] = parse_vkey(text).key
+        key = parse_vkey(text).key
+        if key.raw in seen:
+            raise UsageError(
+                f"--witness number {i} repeats a key given before",
+                hint="give each witness's key once; --quorum counts distinct witnesses",
+            )
+        seen.add(key.raw)
+        policy.witnesses[f"w{i}"] = key
     need = len(witnesses) if quorum is None else quorum
     if not 1 <= need <= len(witnesses):
         raise UsageError(
@@ -543,7 +551,7 @@ def _witness_result(note: str, keys: list[PublicKey], policy: Any) -> dict[str, 
         return {}
     log_keys = policy.logs or keys
     v = verify_checkpoint(note, log_keys, witnesses=list(policy.witnesses.values()))
-    names = policy.witness_names_for(v.witnesses)
+    names = policy.witness_names_for(v.cosigners)
     if not policy.satisfied(names):
         from holedger.replay.bundle import quorum_text
 

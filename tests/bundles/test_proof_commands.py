@@ -241,6 +241,56 @@ def test_witness_cosignature_and_policy_on_bundle_verify(
     assert json.loads(text)["checkpoint_notes"][0]["witnesses"] == []
 
 
+def test_a_cosignature_counts_only_for_its_own_witness_key(
+    sample: SampleRun, vkey: str, tmp_path: Path
+) -> None:
+    """Attacks on the quorum count: two witness keys with the same name, the note
+    cosigned by one of them, must not meet a quorum needing both (a name does not identify
+    a key); one key given twice is refused, not counted as two witnesses."""
+    note = tmp_path / "final.note"
+    assert run(sample, "checkpoint", "show", sample.run_id, "-o", str(note))[0] == 0
+    keys, vkeys = [], []
+    for i in (1, 2):
+        key = tmp_path / f"w{i}.key"
+        code, text = run(sample, "checkpoint", "witness-key", "witness.example", "-o", str(key))
+        assert code == 0, text
+        keys.append(key)
+        vkeys.append(text.strip())
+    assert vkeys[0] != vkeys[1]
+    cosigned = tmp_path / "cosigned.note"
+    cosign = ["checkpoint", "cosign", str(note), "--key", str(keys[0]), "--log-key", vkey]
+    assert run(sample, *cosign, "-o", str(cosigned))[0] == 0
+    proof = tmp_path / "cosigned.proof"
+    prove = ["prove", sample.run_id, "--seq", "2", "--checkpoint", str(cosigned)]
+    assert run(sample, *prove, "-o", str(proof))[0] == 0
+    verify = ["verify-proof", str(proof), "--trusted-key", vkey]
+    both = ["--witness", vkeys[0], "--witness", vkeys[1]]
+    code, text = run(sample, *verify, *both)
+    assert code == 1 and "(2 of the 2 witnesses given)" in text, text
+    assert run(sample, *verify, "--witness", vkeys[0])[0] == 0
+    code, text = run(sample, *verify, "--witness", vkeys[1])
+    assert code == 1, text  # the other key of that name cosigned nothing
+    plain = tmp_path / "plain.hlb"
+    assert run(sample, "export", sample.run_id, "-o", str(plain))[0] == 0
+    code, text = run(sample, "verify", str(plain), "--checkpoint", str(cosigned), *both, "--json")
+    assert code == 1
+    [check] = [c for c in json.loads(text)["checks"] if c["name"] == "witnesses"]
+    assert not check["ok"] and "the best carries 1 cosignature" in check["detail"]
+    # The same policy as a file: two names, two keys of one key name, both needed.
+    policy = tmp_path / "both.policy"
+    policy.write_text(
+        f"log {vkey}\nwitness W1 {vkeys[0]}\nwitness W2 {vkeys[1]}\ngroup g all W1 W2\nquorum g\n"
+    )
+    code, text = run(
+        sample, "verify", str(plain), "--checkpoint", str(cosigned), "--policy", str(policy)
+    )
+    assert code == 1, text
+    # One key twice is not two witnesses.
+    twice = ["--witness", vkeys[0], "--witness", vkeys[0], "--quorum", "2"]
+    code, text = run(sample, *verify, *twice)
+    assert code == 2 and "--witness number 2 repeats a key given before" in text, text
+
+
 def test_attestation_round_trip_and_independent_dsse_check(
     sample: SampleRun, vkey: str, tmp_path: Path
 ) -> None:

@@ -116,7 +116,7 @@ def test_policy_quorum_of_groups() -> None:
     note = sign_note(checkpoint_body("example.com/log", 1, bytes(32)), log)
     note = cosign_checkpoint(cosign_checkpoint(note, w1, 10), w3, 11)
     v = verify_checkpoint(note, policy.logs, witnesses=list(policy.witnesses.values()))
-    assert policy.satisfied(policy.witness_names_for(v.witnesses))
+    assert policy.satisfied(policy.witness_names_for(v.cosigners))
 
 
 @pytest.mark.parametrize(

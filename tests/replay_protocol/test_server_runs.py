@@ -647,6 +647,81 @@ def test_export_and_verify_carry_the_baseline_run(
     assert check["detail"] == "the run pins no seed baseline: --baseline not used"
 
 
+def test_analysis_of_bundles_counts_a_run_only_with_its_baseline_verified(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]], tmp_path: Path
+) -> None:
+    """`analysis gains --verify --bundle ...` verifies each run with its seed-baseline
+    run's bundle, which must be among those given: a run re-signed by the operator key
+    with another pinned E(H0) is left out; without the baseline's bundle the run is left
+    out, saying why; and a bundle that fails does not hide a later one of the same run."""
+    import json
+
+    from bundles.bundlefile import entries_of, records, replace_records, rewrite
+    from bundles.bundlefile import resign_run as resign_bundle
+    from click.testing import CliRunner
+    from ledger.attacker import Row, resign_run
+
+    from holedger.cli import cli
+    from holedger.ledger.keys import SigningKey
+    from holedger.schemas.canonical import rational_to_str
+    from holedger.server import rules
+
+    settings, _, info = server_run
+    runner = CliRunner()
+    run_file, base_file = tmp_path / "run.hlb", tmp_path / "base.hlb"
+    export = ["export", info["run_id"], "-o", str(run_file), "--baseline-output", str(base_file)]
+    assert runner.invoke(cli, ["--home", str(settings.home), *export]).exit_code == 0
+    key = SigningKey.load(settings.key_path)
+    entries = entries_of(run_file)
+    rows = [Row(0, i + 1, "", raw) for i, raw in enumerate(records(entries))]
+    scored = next(
+        parse_record(r.state).payload for r in rows if parse_record(r.state).type == "RunScored"
+    )
+    forged_e0 = Fraction(1, 4)
+    gain = rules.normalized_gain(Fraction(scored["e_h_plus"]), forged_e0)
+
+    def pin(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if event_type == "RunOpened":
+            return {
+                **payload,
+                "seed_baseline": {**payload["seed_baseline"], "e_h0": rational_to_str(forged_e0)},
+            }
+        if event_type == "RunScored":
+            g = None if gain is None else rational_to_str(gain)
+            return {**payload, "e_h0": rational_to_str(forged_e0), "g": g}
+        return payload
+
+    forged = tmp_path / "forged.hlb"
+    rewrite(run_file, forged, replace_records(entries, resign_run(rows, key, edit=pin)))
+    stranger = tmp_path / "stranger.hlb"  # the same run under another key
+    rewrite(
+        run_file,
+        stranger,
+        replace_records(entries, resign_bundle(records(entries), SigningKey.generate("x"))),
+    )
+
+    def analyse(*files: Path) -> tuple[dict[str, Any], str]:
+        args = ["analysis", "gains", "--verify", "--trusted-key", key.public.vkey()]
+        bundles = [a for f in files for a in ("--bundle", str(f))]
+        result = runner.invoke(cli, [*args, *bundles, "--json"])
+        assert result.exit_code == 0, result.output
+        text = runner.invoke(cli, [*args, *bundles]).output
+        return json.loads(result.stdout), text
+
+    data, _ = analyse(run_file, base_file)
+    assert [r["run_id"] for r in data["runs"]] == [info["run_id"]] and data["excluded"] == []
+    assert data["runs"][0]["baseline_run_id"] == info["baseline_run_id"]
+    data, _ = analyse(forged, base_file)
+    assert data["runs"] == [] and data["excluded"] == [info["run_id"]]
+    data, text = analyse(run_file)
+    assert data["runs"] == [] and data["excluded"] == [info["run_id"]]
+    assert "the bundle of the seed-baseline run its E(H0) is pinned to was not given" in text
+    for order in ((stranger, run_file, base_file), (run_file, stranger, base_file)):
+        data, _ = analyse(*order)
+        assert [r["run_id"] for r in data["runs"]] == [info["run_id"]], order
+        assert data["excluded"] == []
+
+
 def _operator_vkey(settings: Settings) -> str:
     from holedger.ledger.keys import SigningKey
 
