@@ -8,7 +8,7 @@ when the ``litellm`` command is available (on PATH or at $LITELLM_BIN), LiteLLM'
 in front of the same upstream. One client (a keep-alive HTTP/1.1 client, the same for
 every path) sends the same chat completions to each path, in interleaved rounds, and
 prints per path: p50/p99 latency, requests per second, errors (the simulator answers
-about 3% of calls with a transient error, on every path alike), the latency the proxy
+about 4% of calls with a transient error, on every path alike), the latency the proxy
 adds over the direct call (difference of the p50s and of the p99s), and the CPU time
 spent per request by the proxy process (and, for the gateway, by its event writer thread
 alone: building, signing and storing the GatewayCall events), by the upstream and by the

@@ -105,6 +105,7 @@ def error_json(exc: HoledgerError) -> dict[str, Any]:
     envvar="HOLEDGER_HOME",
     default=".holedger",
     show_default=True,
+    show_envvar=True,
     type=click.Path(file_okay=False),
     help="holedger home: keys, the default SQLite ledger, run repositories, reports.",
 )
@@ -112,6 +113,7 @@ def error_json(exc: HoledgerError) -> dict[str, Any]:
     "--ledger",
     "ledger_url",
     envvar="HOLEDGER_LEDGER",
+    show_envvar=True,
     default=None,
     help="Ledger database URL (default: SQLite inside the home; postgresql+psycopg://...).",
 )

@@ -98,6 +98,26 @@ def _output_path(path: str) -> Path:
     return out
 
 
+def _witness_vkeys(values: tuple[str, ...]) -> list[str]:
+    """The witness vkeys of ``--witness`` values: a vkey, or a file of them (one per line,
+    blank lines and ``#`` comments skipped), as ``--trusted-key`` takes."""
+    hint = "give a witness vkey as printed by 'holedger checkpoint witness-key', or a file of them"
+    out: list[str] = []
+    for value in values:
+        path = Path(value)
+        if value and "+" not in value and path.is_file():
+            lines = [ln.strip() for ln in _read_text(value, "witness key").splitlines()]
+            found = [ln for ln in lines if ln and not ln.startswith("#")]
+            if not found:
+                raise UsageError(f"no witness key in {value}", hint=hint)
+            out.extend(found)
+        elif value and "+" not in value and not path.exists():
+            raise NotFoundError(f"no witness key file at {value} (and it is not a vkey)", hint=hint)
+        else:
+            out.append(value)
+    return out
+
+
 def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | None) -> Any:
     if policy_file and witnesses:
         raise UsageError("give either --policy or --witness, not both")
@@ -112,7 +132,7 @@ def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | N
         return None
     policy = TlogPolicy()
     seen: set[bytes] = set()
-    for i, text in enumerate(witnesses, start=1):
+    for i, text in enumerate(_witness_vkeys(witnesses), start=1):
         key = parse_vkey(text).key
         if key.raw in seen:
             raise UsageError(
@@ -121,10 +141,11 @@ def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | N
             )
         seen.add(key.raw)
         policy.witnesses[f"w{i}"] = key
-    need = len(witnesses) if quorum is None else quorum
-    if not 1 <= need <= len(witnesses):
+    given = len(policy.witnesses)
+    need = given if quorum is None else quorum
+    if not 1 <= need <= given:
         raise UsageError(
-            f"--quorum must be between 1 and {len(witnesses)} (the witnesses given)",
+            f"--quorum must be between 1 and {given} (the witnesses given)",
             hint="give as many --witness keys as the quorum needs, or a smaller --quorum",
         )
     policy.groups["witnesses"] = WitnessGroup("witnesses", need, tuple(policy.witnesses))
@@ -310,7 +331,12 @@ def _baseline_run_id(ledger: Ledger, run_id: str) -> str:
     help="A checkpoint note published elsewhere; the bundle must contain its tree.",
 )
 @click.option("--policy", "policy_file", help="A C2SP tlog-policy file (logs, witnesses, quorum).")
-@click.option("--witness", "witnesses", multiple=True, help="A witness cosigner vkey (0x04).")
+@click.option(
+    "--witness",
+    "witnesses",
+    multiple=True,
+    help="A witness cosigner vkey (0x04), or a file of them; repeatable.",
+)
 @click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
 @click.option(
     "--task",
@@ -494,7 +520,12 @@ def prove_cmd(
     "--old-checkpoint", help="For a consistency proof: the earlier checkpoint note to extend."
 )
 @click.option("--policy", "policy_file", help="A C2SP tlog-policy file (witness quorum).")
-@click.option("--witness", "witnesses", multiple=True, help="A witness cosigner vkey (0x04).")
+@click.option(
+    "--witness",
+    "witnesses",
+    multiple=True,
+    help="A witness cosigner vkey (0x04), or a file of them; repeatable.",
+)
 @click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify_proof_cmd(

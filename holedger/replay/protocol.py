@@ -250,7 +250,8 @@ class ProtocolProjection:
                 f"{self.trials} trials match the case ids x attempts of {accepted} "
                 "accepted requests"
                 + (
-                    f"; {counted(past_break, 'request')} lack trials, which may lie past the "
+                    f"; {counted(past_break, 'request')} {'lacks' if past_break == 1 else 'lack'} "
+                    "trials, which may lie past the "
                     "break: not judged"
                     if past_break
                     else ""

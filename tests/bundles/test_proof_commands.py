@@ -285,6 +285,12 @@ def test_a_cosignature_counts_only_for_its_own_witness_key(
         sample, "verify", str(plain), "--checkpoint", str(cosigned), "--policy", str(policy)
     )
     assert code == 1, text
+    # A file holding the vkey works as the vkey does; a missing file is named.
+    pub = tmp_path / "w1.pub"
+    pub.write_text(f"# witness one\n{vkeys[0]}\n")
+    assert run(sample, *verify, "--witness", str(pub))[0] == 0
+    code, text = run(sample, *verify, "--witness", str(tmp_path / "nope.pub"))
+    assert code == 2 and f"no witness key file at {tmp_path / 'nope.pub'}" in text, text
     # One key twice is not two witnesses.
     twice = ["--witness", vkeys[0], "--witness", vkeys[0], "--quorum", "2"]
     code, text = run(sample, *verify, *twice)
