@@ -363,7 +363,11 @@ class LeakageProjection:
                 True,
                 f"{counted(len(self.candidates), 'candidate')} scanned "
                 f"({counted(scan.files, 'changed file')}): "
-                "the nominated one holds no test answers or case ids",
+                + (
+                    "the nominated one holds no test answers or case ids"
+                    if self.nominated is not None
+                    else "none nominated yet"
+                ),
             )
         if others:
             more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""

@@ -107,6 +107,22 @@ def test_seed_and_ordinary_edits_are_not_reported(
     scan = report.sections["leakage"]["candidate_scan"]
     assert scan["status"] == "done" and scan["findings"] == []
     assert scan["candidates"] == 3
+    detail = {c.name: c for c in report.checks}["candidate_scan"].detail
+    assert detail.endswith("the nominated one holds no test answers or case ids")
+
+
+def test_a_run_with_no_nomination_yet_is_said_to_have_none(
+    ledger: Ledger, tmp_path: Path, replay: Callable[..., ReplayReport]
+) -> None:
+    path = tmp_path / "run.git"
+    repo = new_repo(path)
+    seed, seed_tree = commit_files(repo, SEED_FILES)
+    writer = RunWriter(ledger, terms(seed_commit=seed))
+    writer.commit(seed, seed_tree)
+    writer.evaluate(seed, "dev", [DEV[0].id], 1)
+    report = replay(writer.run_id, run_repo=path)
+    scan = {c.name: c for c in report.checks}["candidate_scan"]
+    assert scan.ok and scan.detail.endswith("none nominated yet"), scan.detail
 
 
 def test_per_item_gate_on_one_test_question_is_reported(
