@@ -205,28 +205,29 @@ def collect_bundles(
     checked is left out, its id appended to ``no_baseline`` (and not to ``excluded``).
     """
     from holedger.ledger.records import parse_record
+    from holedger.replay.baseline import BundleBaselines
     from holedger.replay.bundle import open_bundle, verify_bundle
 
-    # Every bundle's run and gain, in the order given.
-    found: list[tuple[str, str, RunGain | None]] = []
+    by_run: dict[str, list[str]] = {}  # every bundle of a run, in the order given
+    scored: dict[str, list[tuple[str, RunGain]]] = {}  # those that hold its score
     for path in paths:
         with open_bundle(path) as bundle:
             run_id = bundle.run_id
             gain = gain_of(run_id, (parse_record(raw) for raw in bundle.records()))
-        found.append((path, run_id, gain))
-    by_run: dict[str, list[str]] = {}
-    scored: dict[str, list[tuple[str, RunGain]]] = {}  # the bundles of a run that scored it
-    for path, run_id, gain in found:
         by_run.setdefault(run_id, []).append(path)
         if gain is not None:
             scored.setdefault(run_id, []).append((path, gain))
+    # One source per baseline bundle: runs pinned to one baseline verify it once.
+    sources: dict[str, BundleBaselines] = {}
+
+    def baseline_of(path: str) -> BundleBaselines:
+        if path not in sources:
+            sources[path] = BundleBaselines(path, trusted_keys)
+        return sources[path]
 
     gains = []
-    seen: set[str] = set()
-    for _, run_id, gain in found:
-        if gain is None or run_id in seen:
-            continue
-        seen.add(run_id)
+    for run_id, bundles in scored.items():
+        gain = bundles[0][1]
         if task_id and gain.task_id != task_id:
             continue
         if not verify:
@@ -239,18 +240,18 @@ def collect_bundles(
         # A run that names no baseline run is verified alone (replay decides: no pin fails,
         # a pin without a run id is a warning); one that names it, with its bundle.
         pinned = gain.baseline_run_id
-        baseline_paths: list[str | None] = [None]
+        baselines: list[BundleBaselines | None] = [None]
         if pinned is not None and gain.optimizer != BASELINE_OPTIMIZER:
             if pinned not in by_run:
                 if no_baseline is not None:
                     no_baseline.append(run_id)
                 continue
-            baseline_paths = list(by_run[pinned])
+            baselines = [baseline_of(p) for p in by_run[pinned]]
         # The first (bundle, baseline bundle) pair that verifies; that bundle's gain counts.
-        for candidate, own in scored[run_id]:
+        for candidate, own in bundles:
             if any(
                 verify_bundle(candidate, trusted_keys=trusted_keys, baseline=base).verified
-                for base in baseline_paths
+                for base in baselines
             ):
                 gains.append(RunGain(**{**own.__dict__, "verified": True}))
                 break

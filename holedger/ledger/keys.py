@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -255,26 +256,35 @@ def vkey_parts(text: str, hint: str = VKEY_HINT) -> tuple[str, str, bytes, str]:
     return name, hex_id, raw, blob
 
 
+def vkey_texts(values: Sequence[str], *, what: str, file_word: str, hint: str) -> list[str]:
+    """The vkey texts of command-line values: each a vkey (it holds a ``+``), or a file of
+    them (one per line; blank lines and ``#`` comments skipped). A file holding none is
+    refused; a value that is neither is a one-line error naming ``what`` it should be."""
+    texts: list[str] = []
+    for value in values:
+        path = Path(value)
+        if value and path.is_file():
+            try:
+                lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"cannot read {file_word} {value}: {exc}", hint=hint) from exc
+            found = [ln for ln in lines if ln and not ln.startswith("#")]
+            if not found:
+                raise UsageError(f"no {what} in {file_word} {value}", hint=hint)
+            texts.extend(found)
+        elif "+" in value:
+            texts.append(value)
+        elif value and not path.exists():  # most likely a mistyped file name
+            raise NotFoundError(f"no {file_word} at {value} (and it is not a {what})", hint=hint)
+        else:
+            raise UsageError(f"not a {what} or a {file_word}: {value!r}", hint=hint)
+    return texts
+
+
 def load_trusted_keys(values: list[str]) -> list[PublicKey]:
     """Keys given on the command line: a vkey text, or a keyring file of vkeys (one per
     line; blank lines and ``#`` comments skipped). A keyring holding no key is refused:
     pinning nothing would silently trust whatever keys the log declares."""
     hint = "give a vkey as printed by 'holedger keys show', or a file of them"
-    keys: list[PublicKey] = []
-    for value in values:
-        path = Path(value)
-        if value and path.is_file():
-            lines = [ln.strip() for ln in path.read_text().splitlines()]
-            found = [PublicKey.from_vkey(ln) for ln in lines if ln and not ln.startswith("#")]
-            if not found:
-                raise UsageError(f"no verifier key in keyring file {value}", hint=hint)
-            keys.extend(found)
-        elif "+" in value:
-            keys.append(PublicKey.from_vkey(value))
-        elif value and not path.exists():  # most likely a mistyped file name
-            raise NotFoundError(
-                f"no keyring file at {value} (and it is not a verifier key)", hint=hint
-            )
-        else:
-            raise UsageError(f"not a verifier key or a keyring file: {value!r}", hint=hint)
-    return keys
+    texts = vkey_texts(values, what="verifier key", file_word="keyring file", hint=hint)
+    return [PublicKey.from_vkey(text) for text in texts]

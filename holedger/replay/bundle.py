@@ -50,6 +50,7 @@ from holedger.ledger.records import Record, parse_record
 from holedger.replay.report import ReplayReport, counted
 
 if TYPE_CHECKING:
+    from holedger.replay.baseline import BundleBaselines
     from holedger.replay.engine import ProjectionFactory
 from holedger.schemas.canonical import canonical_json, parse_canonical
 from holedger.schemas.events import CandidateCommitted, Checkpoint, Model, RunOpened
@@ -828,7 +829,7 @@ def verify_bundle(
     projections: Sequence[ProjectionFactory] | None = None,
     progress: Callable[[int, int], None] | None = None,
     task: str | None = None,
-    baseline: str | Path | None = None,
+    baseline: str | Path | BundleBaselines | None = None,
 ) -> ReplayReport:
     """Replay a bundle with the replay engine; returns the ReplayReport (plus sections).
 
@@ -841,7 +842,9 @@ def verify_bundle(
     PROGRESS_EVERY records and at the end. ``task`` (a task name or folder) is the task
     the leakage audit reads (default: the task the run names, if bundled with holedger).
     ``baseline`` is the bundle of the run's seed-baseline run: it is verified too (same
-    keys) and checked against the pinned E(H0) (check ``baseline``; a warning without it).
+    keys) and checked against the pinned E(H0) (check ``baseline``; a warning without it);
+    a :class:`~holedger.replay.baseline.BundleBaselines` given instead is shared, so runs
+    pinned to one baseline verify it once.
     """
     from holedger.replay.baseline import EXTRA_KEY, BundleBaselines
     from holedger.replay.engine import ReplayContext, verify_records, with_progress
@@ -882,7 +885,11 @@ def verify_bundle(
                     **({"run_repo": repo} if repo is not None else {}),
                     **({"task": task} if task else {}),
                     **(
-                        {EXTRA_KEY: BundleBaselines(baseline, trusted_keys, task)}
+                        {
+                            EXTRA_KEY: baseline
+                            if isinstance(baseline, BundleBaselines)
+                            else BundleBaselines(baseline, trusted_keys, task)
+                        }
                         if baseline is not None
                         else {}
                     ),

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from holedger.errors import CanonicalError, NotFoundError, UsageError, VerificationError
-from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys
+from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys, vkey_texts
 from holedger.ledger.note import (
     TLOG_PROOF_HEADER,
     TlogPolicy,
@@ -99,23 +99,10 @@ def _output_path(path: str) -> Path:
 
 
 def _witness_vkeys(values: tuple[str, ...]) -> list[str]:
-    """The witness vkeys of ``--witness`` values: a vkey, or a file of them (one per line,
-    blank lines and ``#`` comments skipped), as ``--trusted-key`` takes."""
+    """The witness vkeys of ``--witness`` values: a vkey, or a file of them (as
+    ``--trusted-key`` takes)."""
     hint = "give a witness vkey as printed by 'holedger checkpoint witness-key', or a file of them"
-    out: list[str] = []
-    for value in values:
-        path = Path(value)
-        if value and "+" not in value and path.is_file():
-            lines = [ln.strip() for ln in _read_text(value, "witness key").splitlines()]
-            found = [ln for ln in lines if ln and not ln.startswith("#")]
-            if not found:
-                raise UsageError(f"no witness key in {value}", hint=hint)
-            out.extend(found)
-        elif value and "+" not in value and not path.exists():
-            raise NotFoundError(f"no witness key file at {value} (and it is not a vkey)", hint=hint)
-        else:
-            out.append(value)
-    return out
+    return vkey_texts(values, what="witness vkey", file_word="witness key file", hint=hint)
 
 
 def _policy(policy_file: str | None, witnesses: tuple[str, ...], quorum: int | None) -> Any:

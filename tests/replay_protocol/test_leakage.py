@@ -30,8 +30,14 @@ LOOKUP_TABLE = (
 
 
 def _with_candidates(
-    ledger: Ledger, tmp_path: Path, candidates: list[dict[str, str]], nominate: int = -1
+    ledger: Ledger,
+    tmp_path: Path,
+    candidates: list[dict[str, str]],
+    nominate: int = -1,
+    finish: bool = True,
 ) -> tuple[RunWriter, Path, list[str]]:
+    """A run committing the seed and ``candidates``; one dev evaluation of the candidate
+    ``nominate`` picks, which is then nominated and scored (unless not ``finish``)."""
     path = tmp_path / "run.git"
     repo = new_repo(path)
     seed, seed_tree = commit_files(repo, SEED_FILES)
@@ -43,7 +49,8 @@ def _with_candidates(
         writer.commit(commit, tree)
         ids.append(commit)
     writer.evaluate(ids[nominate], "dev", [DEV[0].id], 1)
-    honest_finish(writer, ids[nominate])
+    if finish:
+        honest_finish(writer, ids[nominate])
     return writer, path, ids
 
 
@@ -114,12 +121,7 @@ def test_seed_and_ordinary_edits_are_not_reported(
 def test_a_run_with_no_nomination_yet_is_said_to_have_none(
     ledger: Ledger, tmp_path: Path, replay: Callable[..., ReplayReport]
 ) -> None:
-    path = tmp_path / "run.git"
-    repo = new_repo(path)
-    seed, seed_tree = commit_files(repo, SEED_FILES)
-    writer = RunWriter(ledger, terms(seed_commit=seed))
-    writer.commit(seed, seed_tree)
-    writer.evaluate(seed, "dev", [DEV[0].id], 1)
+    writer, path, _ = _with_candidates(ledger, tmp_path, [], finish=False)
     report = replay(writer.run_id, run_repo=path)
     scan = {c.name: c for c in report.checks}["candidate_scan"]
     assert scan.ok and scan.detail.endswith("none nominated yet"), scan.detail
