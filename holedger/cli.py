@@ -26,6 +26,10 @@ ROOM_COMMANDS = (
 )
 
 
+# The exit status of an interrupted command (Ctrl-C), as shells give a command that
+# SIGINT ended: 128 + 2. 1 stays "verification failed".
+EXIT_INTERRUPTED = 130
+
 # The options of `holedger` itself, which go before the command.
 GLOBAL_OPTIONS = ("--home", "--ledger")
 
@@ -70,9 +74,15 @@ class HoledgerGroup(click.Group):
         except click.ClickException as exc:
             click.echo(f"holedger: error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except click.Abort as exc:
+            if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+                click.echo("holedger: interrupted", err=True)
+                sys.exit(EXIT_INTERRUPTED)
             click.echo("holedger: aborted", err=True)
             sys.exit(1)
+        except KeyboardInterrupt:  # outside click's own handling of it
+            click.echo("holedger: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         sys.exit(status if isinstance(status, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
