@@ -91,8 +91,6 @@ WRAPPER = (
 # Runs on the host when there is a v2 cgroup: moves itself into it ($1.. = the group's
 # join files, up to "--"), then becomes bwrap, which so starts inside.
 HOST_JOIN = 'for f; do shift; [ "$f" = -- ] && break; echo 0 >"$f" || exit 125; done; exec "$@"'
-# The whole environment of the host step and of bwrap (both use absolute paths).
-HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 POLL_S = 0.05
 # The device nodes a sandbox gets (no tty: a trial has no controlling terminal).
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
@@ -404,14 +402,22 @@ class BwrapBackend:
         # Last: the root itself (a tmpfs without a size) read-only, or a harness could fill
         # host memory through it when there is no cgroup.
         a += ["--remount-ro", "/"]
-        a += ["--clearenv"]
-        for key, value in sorted(sandbox_env(spec).items()):
-            a += ["--setenv", key, value]
+        # No environment here: bwrap's command line is readable by every local user
+        # (/proc/PID/cmdline), and the environment carries the trial's token. bwrap gets
+        # the sandbox's environment as its own (see ``environment``) and passes it on.
         if seccomp_fd is not None:
             a += ["--seccomp", str(seccomp_fd)]
         a += ["--info-fd", str(info_fd), "--block-fd", str(block_fd)]
         a += ["--", "/bin/sh", "-c", WRAPPER, "wrapper", *spec.argv]
         return a
+
+    @staticmethod
+    def environment(spec: SandboxSpec) -> dict[str, str]:
+        """bwrap's own environment, which it hands to the sandbox unchanged: the harness's
+        whole environment. Tokens travel here, never on the command line; a process's
+        environment is readable only by its own user (and bwrap's init, pid 1 inside,
+        carries just this)."""
+        return sandbox_env(spec)
 
     # ------------------------------------------------------------------ run
 
@@ -586,9 +592,9 @@ class _Trial:
                     close_fds=True,
                     start_new_session=True,
                     # bwrap stays pid 1 inside the sandbox, where /proc/1/environ is
-                    # readable: it must not carry the host's environment (keys, paths) nor
-                    # its working directory (PWD).
-                    env=HOST_ENV,
+                    # readable: it carries the sandbox's environment alone, never the
+                    # host's (keys, paths) nor its working directory (PWD).
+                    env=self.backend.environment(self.spec),
                     cwd="/",
                 )
             # While bwrap builds the sandbox: the namespace's relays and recorder ...

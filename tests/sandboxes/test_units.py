@@ -126,8 +126,11 @@ def test_bwrap_argv_isolates(tmp_path: Path) -> None:
         block_fd=19,
         stdin_fd=20,
     )
-    for flag in ("--unshare-user", "--unshare-pid", "--die-with-parent", "--clearenv"):
+    for flag in ("--unshare-user", "--unshare-pid", "--die-with-parent"):
         assert flag in argv
+    # the environment (the token) is bwrap's own, never on its command line
+    assert "--setenv" not in argv and not any("k" == a for a in argv)
+    assert backend.environment(_spec(tmp_path))["OPENAI_API_KEY"] == "k"
     assert "--share-net" not in argv  # the netns is holedger's own
     assert argv[argv.index("--uid") + 1] == "65534"
     assert argv[argv.index("--seccomp") + 1] == "17"
