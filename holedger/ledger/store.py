@@ -502,6 +502,9 @@ class Ledger:
         if settings.key_path.exists():
             key = SigningKey.load(settings.key_path)
         else:
+            from holedger.ledger.home import refuse_lost_key
+
+            refuse_lost_key(settings)
             key = SigningKey.generate(key_name)
             key.save(settings.key_path)
             settings.pub_path.write_text(key.public.vkey() + "\n")
