@@ -9,6 +9,7 @@ import click
 
 from holedger.output import console, emit_json, plain, progress_bar, settings
 from holedger.sandboxes import BACKEND_NAMES
+from holedger.server.descriptor_options import descriptor_from, descriptor_options
 
 
 @click.command("report")
@@ -55,19 +56,34 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
     default=None,
     help="Sandbox backend (default: the strongest available).",
 )
+@descriptor_options
 @click.pass_context
-def demo_cmd(ctx: click.Context, as_json: bool, backend: str | None) -> None:
+def demo_cmd(
+    ctx: click.Context,
+    as_json: bool,
+    backend: str | None,
+    opt_model: str | None,
+    opt_family: str | None,
+    opt_release: str | None,
+    opt_harness: str | None,
+    opt_scope: str | None,
+    opt_replicate: int | None,
+) -> None:
     """Run a complete, offline, verified optimization run on the bundled task and show it.
 
     Creates the home if needed, pins the seed baseline (first time only), opens a run,
     runs the example optimizer in its own sandbox against the optimizer API, scores the
     nominated candidate on the held-out split, closes, replays and writes an HTML report.
     Exit 0 when the run verifies and g is above the resolution band, 1 otherwise.
+    --model and --harness (and the other descriptor options) sign who ran the search.
     """
     from holedger.demo.run import run_demo
 
+    descriptor = descriptor_from(
+        opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
+    )
     cfg = settings(ctx)
-    summary = run_demo(cfg, backend=backend, as_json=as_json)
+    summary = run_demo(cfg, backend=backend, as_json=as_json, descriptor=descriptor)
     if as_json:
         emit_json(summary.to_json())
     sys.exit(0 if summary.ok else 1)

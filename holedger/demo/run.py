@@ -40,6 +40,7 @@ from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport, score_text
 from holedger.sandboxes import get_backend
 from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
+from holedger.schemas.events import OptimizerDescriptor
 
 DEMO_TASK = "officeqa-lite"
 OPTIMIZER_LABEL = "holedger-example-optimizer"
@@ -243,6 +244,7 @@ def run_demo(
     as_json: bool = False,
     task: str = DEMO_TASK,
     workers: int = 2,
+    descriptor: OptimizerDescriptor | None = None,
 ) -> DemoSummary:
     """Run the whole demo; progress on stderr, the human summary on stdout (not with
     ``as_json``: then the caller prints ``to_json()``)."""
@@ -317,7 +319,9 @@ def run_demo(
             say(f"seed baseline E(H0) = {float(baseline.e_h0):.3f} (pinned)")
 
             # 2. the run, and the optimizer in its own sandbox
-            opened = service.open_run(task, optimizer=OPTIMIZER_LABEL, backend=chosen.name)
+            opened = service.open_run(
+                task, optimizer=OPTIMIZER_LABEL, backend=chosen.name, descriptor=descriptor
+            )
             run_id = opened.run_id
             follower.known.add(run_id)
             say(f"opened run {run_id}")

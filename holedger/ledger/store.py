@@ -73,6 +73,7 @@ from holedger.schemas.events import (
     RUN_ID_PATTERN,
     SCHEMA_VERSION,
     Checkpoint,
+    OptimizerDescriptor,
     PublicKeyInfo,
     RunClosed,
     RunOpened,
@@ -532,6 +533,7 @@ class Ledger:
         optimizer: str = "unnamed",
         seed_baseline: SeedBaseline | None = None,
         run_id: str | None = None,
+        descriptor: OptimizerDescriptor | None = None,
     ) -> str:
         """Start a run: RunOpened at seq 0 declaring this ledger's keys by role."""
         run_id = checked_run_id(run_id or str(uuid.uuid4()))
@@ -541,6 +543,7 @@ class Ledger:
             terms=terms,
             seed_baseline=seed_baseline,
             optimizer=optimizer,
+            descriptor=descriptor,
             keys=self.declared_keys(),
             origin=origin_of(run_id),
             checkpoint_interval=self.checkpoint_interval,

@@ -169,12 +169,34 @@ class TokenUsage(Model):
 # --------------------------------------------------------------------------- payloads
 
 
+class OptimizerDescriptor(Model):
+    """Who ran the search, as signed fields: the keys of every cross-run grid.
+
+    ``release`` orders one family's releases for the release ladder: an ordinal ("3") or
+    an ISO date ("2026-05-01"); ordinals sort by number, dates by date.
+    ``harness_scope`` is ``native`` (the model's own coding harness) or ``common`` (a
+    harness shared by every model of the grid).
+    """
+
+    model: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+    family: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    release: str | None = Field(
+        default=None, pattern=r"^(?:[0-9]{1,9}|[0-9]{4}-[0-9]{2}-[0-9]{2})$"
+    )
+    harness: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+    harness_scope: Literal["native", "common"]
+    replicate: int = Field(default=1, ge=1)
+
+
 class RunOpened(Model):
     task_id: str
     task_digest: Sha256Hex
     terms: TaskTerms
     seed_baseline: SeedBaseline | None = None
     optimizer: str = "unnamed"
+    descriptor: OptimizerDescriptor | None = None
     keys: dict[Role, PublicKeyInfo]
     origin: str
     checkpoint_interval: int = Field(ge=1)

@@ -19,6 +19,7 @@ from holedger.output import emit_json, settings
 from holedger.replay.report import counted, score_text
 from holedger.sandboxes import BACKEND_NAMES
 from holedger.server import MAX_ATTEMPTS
+from holedger.server.descriptor_options import descriptor_from, descriptor_options
 
 
 @contextlib.contextmanager
@@ -49,18 +50,34 @@ def _json_opt(fn: Any) -> Any:
     default=None,
     help="Sandbox backend of the run's trials (default: the strongest available).",
 )
+@descriptor_options
 @_json_opt
 @click.pass_context
 def run_open(
-    ctx: click.Context, task: str, optimizer: str, backend: str | None, as_json: bool
+    ctx: click.Context,
+    task: str,
+    optimizer: str,
+    backend: str | None,
+    opt_model: str | None,
+    opt_family: str | None,
+    opt_release: str | None,
+    opt_harness: str | None,
+    opt_scope: str | None,
+    opt_replicate: int | None,
+    as_json: bool,
 ) -> None:
     """Open a run on TASK: pin the task and its seed baseline, commit the seed.
 
     The first run of a task also computes the task's seed baseline E(H0) (a baseline run
-    of its own). Prints the run id and the optimizer token (shown once).
+    of its own). Prints the run id and the optimizer token (shown once). --model and
+    --harness (with --family, --release, --harness-scope, --replicate) sign who runs the
+    search into RunOpened: cross-run analyses group runs by these fields only.
     """
+    descriptor = descriptor_from(
+        opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
+    )
     with _service(ctx) as service:
-        opened = service.open_run(task, optimizer=optimizer, backend=backend)
+        opened = service.open_run(task, optimizer=optimizer, backend=backend, descriptor=descriptor)
     baseline = opened.seed_baseline
     data = {
         "run_id": opened.run_id,
@@ -68,6 +85,7 @@ def run_open(
         "seed": opened.seed_commit,
         "backend": opened.backend,
         "optimizer_token": opened.optimizer_token,
+        "descriptor": None if descriptor is None else descriptor.model_dump(mode="json"),
         "seed_baseline": None if baseline is None else baseline.model_dump(mode="json"),
     }
     if as_json:

@@ -56,6 +56,7 @@ from holedger.schemas.events import (
     DisclosureProjected,
     EvaluationRequested,
     GatewayCall,
+    OptimizerDescriptor,
     RunScored,
     SafetyViolation,
     SeedBaseline,
@@ -374,6 +375,7 @@ class RunService:
         optimizer: str = "unnamed",
         backend: str | None = None,
         baseline: bool = True,
+        descriptor: OptimizerDescriptor | None = None,
     ) -> OpenedRun:
         """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
         if not optimizer or len(optimizer) > 200 or not optimizer.isprintable():
@@ -410,6 +412,7 @@ class RunService:
             optimizer=optimizer,
             seed_baseline=seed_baseline,
             run_id=run_id,
+            descriptor=descriptor,
         )
         committed = CandidateCommitted(
             candidate=seed.commit,
