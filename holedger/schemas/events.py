@@ -15,7 +15,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from holedger.schemas.types import (
+    Count,
+    ExactInt,
     KeyIdHex,
+    PositiveCount,
     Rational,
     Role,
     SearchSplit,
@@ -64,9 +67,9 @@ class EventEnvelope(Model):
     """Everything of an event that is signed: the canonical JSON of this object."""
 
     run_id: str = Field(pattern=RUN_ID_PATTERN)
-    seq: int = Field(ge=0)
+    seq: Count
     type: str
-    schema_version: int
+    schema_version: ExactInt
     time: str = Field(pattern=TIME_PATTERN)
     role: Role
     key_id: KeyIdHex
@@ -92,7 +95,7 @@ class PublicKeyInfo(Model):
 
 
 class SplitBudget(Model):
-    calls: int = Field(ge=0)
+    calls: Count
     case_passes: Rational
 
 
@@ -101,15 +104,15 @@ class BudgetVector(Model):
 
     dev: SplitBudget
     val: SplitBudget
-    target_tokens: int = Field(ge=0)
-    per_trial_tokens: int | None = Field(default=None, ge=0)
+    target_tokens: Count
+    per_trial_tokens: Count | None = None
 
 
 class DisclosurePolicy(Model):
     dev: Literal["per_case"] = "per_case"
     val: Literal["aggregate"] = "aggregate"
     test: Literal["none"] = "none"
-    min_aggregate_cases: int = Field(default=5, ge=1)
+    min_aggregate_cases: PositiveCount = 5
 
 
 class TaskTerms(Model):
@@ -117,18 +120,18 @@ class TaskTerms(Model):
 
     task_id: str
     models: list[str]
-    split_sizes: dict[Split, int]
+    split_sizes: dict[Split, Count]
     split_digests: dict[Split, Sha256Hex]
     manifest_digest: Sha256Hex
     budget: BudgetVector
     disclosure: DisclosurePolicy
-    k: int = Field(ge=1)
+    k: PositiveCount
     resolution_band: Rational
     verifier_digest: Sha256Hex
     seed_commit: str
     entrypoint: list[str]
     immutable_paths: list[str]
-    case_timeout_s: int = Field(ge=1)
+    case_timeout_s: PositiveCount
     environment_digest: Sha256Hex
 
 
@@ -136,13 +139,13 @@ class SeedBaseline(Model):
     """The task's pinned E(H0): computed once with the same K, itself recorded in a ledger."""
 
     e_h0: Rational
-    k: int = Field(ge=1)
+    k: PositiveCount
     baseline_run_id: str | None = None
     per_case_digest: Sha256Hex | None = None
 
 
 class SplitUse(Model):
-    calls: int = Field(ge=0)
+    calls: Count
     case_passes: Rational
 
 
@@ -152,18 +155,18 @@ class BudgetUse(Model):
 
 
 class CaseCost(Model):
-    calls: int
+    calls: ExactInt
     case_passes: Rational
 
 
 class TokenUsage(Model):
     """OpenAI wire convention: input includes cached, output includes reasoning."""
 
-    input: int = Field(default=0, ge=0)
-    cached: int = Field(default=0, ge=0)
-    output: int = Field(default=0, ge=0)
-    reasoning: int = Field(default=0, ge=0)
-    total: int = Field(default=0, ge=0)
+    input: Count = 0
+    cached: Count = 0
+    output: Count = 0
+    reasoning: Count = 0
+    total: Count = 0
 
 
 # --------------------------------------------------------------------------- payloads
@@ -199,7 +202,7 @@ class RunOpened(Model):
     descriptor: OptimizerDescriptor | None = None
     keys: dict[Role, PublicKeyInfo]
     origin: str
-    checkpoint_interval: int = Field(ge=1)
+    checkpoint_interval: PositiveCount
 
     @field_validator("keys")
     @classmethod
@@ -211,7 +214,7 @@ class RunOpened(Model):
 
 class CandidateCommitted(Model):
     candidate: str = Field(description="the git commit id of the candidate")
-    index: int = Field(ge=0)
+    index: Count
     tree: str
     parent: str | None
     changed_paths: list[str]
@@ -224,7 +227,7 @@ class EvaluationRequested(Model):
     candidate: str
     split: Split
     case_ids: list[str]
-    attempts: int = Field(ge=1)
+    attempts: PositiveCount
     cost: CaseCost
     budget_before: BudgetUse
     decision: Literal["accepted", "rejected"]
@@ -237,21 +240,21 @@ class TrialCompleted(Model):
     candidate: str
     split: Split
     case_id: str
-    attempt: int = Field(ge=0)
+    attempt: Count
     backend: str
     isolation: Literal["isolated", "none"]
-    limits: dict[str, int]
-    exit_status: int | None
+    limits: dict[str, ExactInt]
+    exit_status: ExactInt | None
     timed_out: bool
     oom: bool
-    wall_ms: int = Field(ge=0)
-    cpu_ms: int | None = None
+    wall_ms: Count
+    cpu_ms: ExactInt | None = None
     answer_digest: Sha256Hex | None
     output_digest: Sha256Hex | None
     trace_digest: Sha256Hex | None
     score: Rational
     tokens: TokenUsage
-    gateway_calls: int = Field(ge=0)
+    gateway_calls: Count
 
 
 class GatewayBudgetState(Model):
@@ -262,14 +265,14 @@ class GatewayBudgetState(Model):
     (and their per-trial parts) are the token sums those counts imply.
     """
 
-    cap: int = Field(ge=0)
-    settled: int = Field(ge=0)
-    outstanding: int = Field(ge=0)
-    settled_calls: int = Field(ge=0)
-    reservations: int = Field(ge=0)
-    trial_cap: int | None = Field(default=None, ge=0)
-    trial_settled: int = Field(default=0, ge=0)
-    trial_outstanding: int = Field(default=0, ge=0)
+    cap: Count
+    settled: Count
+    outstanding: Count
+    settled_calls: Count
+    reservations: Count
+    trial_cap: Count | None = None
+    trial_settled: Count = 0
+    trial_outstanding: Count = 0
 
 
 class PresentedToken(Model):
@@ -287,24 +290,24 @@ class GatewayCall(Model):
     request_id: str | None = None
     trial_id: str | None = None
     case_id: str | None = None
-    attempt: int | None = None
+    attempt: ExactInt | None = None
     model_requested: str | None
     model_served: str | None
     allowed: bool
     reason: str | None = None
-    status: int
+    status: ExactInt
     stream: bool = False
     tokens: TokenUsage
-    reserved: int = Field(ge=0)
-    max_tokens_imposed: int | None = None
+    reserved: Count
+    max_tokens_imposed: ExactInt | None = None
     usage_estimated: bool = False
-    latency_ms: int = Field(ge=0)
+    latency_ms: Count
     request_digest: Sha256Hex | None
     response_digest: Sha256Hex | None
     endpoint: str = "/v1/chat/completions"
     code: str | None = None
     model_reported: str | None = None
-    reservation_index: int | None = Field(default=None, ge=0)
+    reservation_index: Count | None = None
     budget: GatewayBudgetState | None = None
     presented: PresentedToken | None = None
 
@@ -351,7 +354,7 @@ class CaseScores(Model):
 
 class RunScored(Model):
     candidate: str
-    k: int = Field(ge=1)
+    k: PositiveCount
     per_case: list[CaseScores]
     e_h_plus: Rational
     e_h0: Rational
@@ -359,7 +362,7 @@ class RunScored(Model):
 
 
 class Checkpoint(Model):
-    size: int = Field(ge=0)
+    size: Count
     root: Sha256Hex
     note: str = Field(description="the C2SP signed note holding the tlog-checkpoint text")
 

@@ -16,8 +16,9 @@ that uses something outside it:
 * strings drawn from printable ASCII without ``"`` and ``\\`` (nothing a canonical
   encoder would escape); other strings make the pattern miss, and the caller falls back
   to validating the payload with pydantic;
-* integers of at most 15 digits (below 2**53), non-negative where the field has ge=0; any
-  other bound makes the model ineligible;
+* integers of at most 15 digits (below 2**53), non-negative where the field has ge=0;
+  bounds no 15-digit integer reaches (the exact JSON range) are allowed, any other bound
+  makes the model ineligible;
 * booleans, null where the field is nullable, string literals from that alphabet, lists
   of any of these, and nested models built the same way;
 * the string validators listed in ``types.EXACT_STRING_VALIDATORS``, each of which accepts
@@ -48,6 +49,7 @@ _PLAIN_STRING = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"'
 _NATURAL = rb"(?:0|[1-9][0-9]{0,14})"
 _INTEGER = rb"(?:0|-?[1-9][0-9]{0,14})"
 _BOOL = rb"(?:true|false)"
+_WIDEST = 10**15 - 1  # the largest magnitude the integer patterns match
 _PLAIN_TEXT = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -61,7 +63,7 @@ _ALLOWED: dict[str, frozenset[str]] = {
     "default": frozenset({"type", "schema", "default", "metadata"}),
     "nullable": frozenset({"type", "schema", "metadata"}),
     "str": frozenset({"type", "metadata"}),
-    "int": frozenset({"type", "ge", "metadata"}),
+    "int": frozenset({"type", "ge", "le", "metadata"}),
     "bool": frozenset({"type", "metadata"}),
     "literal": frozenset({"type", "expected", "metadata"}),
     "list": frozenset({"type", "items_schema", "metadata"}),
@@ -112,9 +114,14 @@ def _node(node: Any, top: frozenset[str] | None = None) -> bytes:
     if kind == "bool":
         return _BOOL
     if kind == "int":
-        if "ge" not in node:
+        # The patterns allow at most 15 digits: a bound beyond that range excludes nothing
+        # they match (the exact-JSON-range types), any tighter bound is not expressed.
+        low, high = node.get("ge"), node.get("le")
+        if high is not None and (type(high) is not int or high < _WIDEST):
+            raise _Ineligible
+        if low is None or (type(low) is int and low <= -_WIDEST):
             return _INTEGER
-        if type(node["ge"]) is int and node["ge"] == 0:
+        if type(low) is int and low == 0:
             return _NATURAL
         raise _Ineligible
     if kind == "literal":

@@ -6,10 +6,32 @@ import re
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from holedger.errors import CanonicalError
-from holedger.schemas.canonical import rational_to_str, str_to_rational
+from holedger.schemas.canonical import MAX_SAFE_INTEGER, rational_to_str, str_to_rational
+
+# Every integer of an event lies in the exact JSON range [-(2**53 - 1), 2**53 - 1]: the
+# types below refuse any other value when the model is built (where the number is made),
+# so an event that validated can always be encoded and signed.
+EXACT_INT_MAX = MAX_SAFE_INTEGER
+ExactInt = Annotated[int, Field(ge=-EXACT_INT_MAX, le=EXACT_INT_MAX)]
+"""Any integer an event may hold (the exact JSON range)."""
+Count = Annotated[int, Field(ge=0, le=EXACT_INT_MAX)]
+"""A non-negative integer within the exact JSON range (counts, sizes, tokens, ms)."""
+PositiveCount = Annotated[int, Field(ge=1, le=EXACT_INT_MAX)]
+"""A positive integer within the exact JSON range (K, attempts, intervals)."""
+
+
+def exact_count(value: int, name: str) -> int:
+    """``value`` when it is a Count; else ValueError naming ``name`` and the bound.
+
+    For numbers computed outside a model (a reservation, a sum) and checked where they
+    are made, before anything is decided on them."""
+    if not 0 <= value <= EXACT_INT_MAX:
+        raise ValueError(f"{name} {value} is outside 0..{EXACT_INT_MAX}")
+    return value
+
 
 RATIONAL_PATTERN = r"^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9]|/[1-9][0-9]*)?$"
 
