@@ -45,6 +45,7 @@ from holedger.gateway.budget import (
     usage_from_openai,
 )
 from holedger.gateway.config import GatewayConfig
+from holedger.gateway.limits import OutOfBounds, check_bounds
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.gateway.tokens import TokenClaims, TokenRegistry
 from holedger.gateway.upstream import (
@@ -78,7 +79,7 @@ from holedger.schemas.events import (
     SafetyViolation,
     TokenUsage,
 )
-from holedger.schemas.types import Role
+from holedger.schemas.types import Role, exact_count
 
 log = logging.getLogger("holedger.gateway")
 CHAT_PATH = "/v1/chat/completions"
@@ -638,7 +639,8 @@ class Gateway:
         max_tokens = call.max_tokens_imposed or requested_max_tokens(body) or 0
         prompt = prompt_upper_bound(size, body, self.config.media_part_tokens)
         call.prompt_bound = prompt
-        call.reserved = prompt + choices_count(body) * max_tokens
+        # Within the exact JSON range by the request and setting bounds (gateway.limits).
+        call.reserved = exact_count(prompt + choices_count(body) * max_tokens, "reservation")
         if claims.scope != "target":
             return  # the optimizer scope is metered, not capped
         budget = self._run_state(claims.run_id).budget
@@ -1179,20 +1181,14 @@ def _parse_chat(raw: bytes) -> dict[str, Any]:
                 f"'{key}' is not accepted: name exactly one model in 'model'",
                 param=key,
             )
-    for key in ("max_tokens", "max_completion_tokens", "n"):
-        value = body.get(key)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
-            # A limit the upstream might read as "no limit" would let a call outgrow its
-            # reservation: refuse it rather than guess.
-            raise _Denial(
-                400,
-                "invalid_request_error",
-                "invalid_request",
-                f"'{key}' must be a positive integer",
-                param=key,
-            )
+    try:
+        # Before any arithmetic: a limit the upstream might read as "no limit", or one
+        # beyond any model, would let a call outgrow its reservation or its event.
+        check_bounds(body)
+    except OutOfBounds as exc:
+        raise _Denial(
+            400, "invalid_request_error", "invalid_request", exc.message, param=exc.field
+        ) from exc
     return body
 
 

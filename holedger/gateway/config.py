@@ -27,6 +27,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from holedger.errors import ConfigError
+from holedger.gateway.limits import (
+    MAX_BODY_BYTES,
+    MAX_MEDIA_PART_TOKENS,
+    MAX_OUTPUT_TOKENS,
+    check_setting,
+)
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -87,6 +93,17 @@ class GatewayConfig:
     event_linger_s: float = DEFAULT_EVENT_LINGER_S
     event_backlog: int = DEFAULT_EVENT_BACKLOG
 
+    def __post_init__(self) -> None:
+        # The settings that enter a reservation are bounded however the object is made,
+        # so every reservation stays an exact JSON integer (gateway.limits).
+        try:
+            check_setting("default_max_tokens", self.default_max_tokens, 1, MAX_OUTPUT_TOKENS)
+            check_setting("max_body_bytes", self.max_body_bytes, 1, MAX_BODY_BYTES)
+            check_setting("blob_cap_bytes", self.blob_cap_bytes, 0, MAX_BODY_BYTES)
+            check_setting("media_part_tokens", self.media_part_tokens, 0, MAX_MEDIA_PART_TOKENS)
+        except ValueError as exc:
+            raise ConfigError(f"gateway setting {exc}") from exc
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str | None = None) -> GatewayConfig:
         """The configuration a ``[gateway]`` table gives; ConfigError, one line naming
@@ -130,11 +147,19 @@ class GatewayConfig:
             ),
             aliases=aliases,
             optimizer_models=read.models("optimizer_models"),
-            default_max_tokens=read.whole("default_max_tokens", DEFAULT_MAX_TOKENS, low=1),
+            default_max_tokens=read.whole(
+                "default_max_tokens", DEFAULT_MAX_TOKENS, low=1, high=MAX_OUTPUT_TOKENS
+            ),
             max_tokens_field=read.text("max_tokens_field", None) or "max_completion_tokens",
-            max_body_bytes=read.whole("max_body_bytes", DEFAULT_MAX_BODY_BYTES, low=1),
-            blob_cap_bytes=read.whole("blob_cap_bytes", DEFAULT_BLOB_CAP_BYTES, low=0),
-            media_part_tokens=read.whole("media_part_tokens", DEFAULT_MEDIA_TOKENS, low=0),
+            max_body_bytes=read.whole(
+                "max_body_bytes", DEFAULT_MAX_BODY_BYTES, low=1, high=MAX_BODY_BYTES
+            ),
+            blob_cap_bytes=read.whole(
+                "blob_cap_bytes", DEFAULT_BLOB_CAP_BYTES, low=0, high=MAX_BODY_BYTES
+            ),
+            media_part_tokens=read.whole(
+                "media_part_tokens", DEFAULT_MEDIA_TOKENS, low=0, high=MAX_MEDIA_PART_TOKENS
+            ),
             event_linger_s=read.number("event_linger_s", DEFAULT_EVENT_LINGER_S, low=0, high=5),
             event_backlog=read.whole("event_backlog", DEFAULT_EVENT_BACKLOG, low=1, high=10**6),
         )
