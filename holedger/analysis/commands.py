@@ -60,9 +60,9 @@ def _collect(
     trusted: tuple[str, ...],
     bundles: tuple[str, ...],
     baselines: bool = False,
-) -> tuple[list[RunGain], list[str], str]:
-    """The scored runs the options name, the ids left out (not verified), and a note on
-    how they were read."""
+) -> tuple[list[RunGain], list[str], str, list[str]]:
+    """The scored runs the options name, the ids left out (not verified), a note on how
+    they were read, and the aborted runs left out (no score)."""
     from holedger.analysis.gains import collect, collect_bundles
     from holedger.ledger.keys import load_trusted_keys
     from holedger.ledger.store import Ledger
@@ -72,6 +72,7 @@ def _collect(
     keys = load_trusted_keys(list(trusted))
     excluded: list[str] = []
     no_baseline: list[str] = []
+    aborted: list[str] = []
     if bundles:
         gains = collect_bundles(
             list(bundles),
@@ -81,6 +82,7 @@ def _collect(
             excluded=excluded,
             trusted_keys=keys,
             no_baseline=no_baseline,
+            aborted=aborted,
         )
     else:
         cfg = settings(ctx)
@@ -93,6 +95,7 @@ def _collect(
                 verify=verify,
                 excluded=excluded,
                 trusted_keys=keys,
+                aborted=aborted,
             )
         finally:
             ledger.close()
@@ -116,7 +119,12 @@ def _collect(
             note += " (under the keys each run declares: pin them with --trusted-key)"
     else:
         note = "not replayed: --verify counts only the runs that verify"
-    return gains, excluded, note
+    if aborted:
+        note += (
+            f"; {counted(len(aborted), 'aborted run')} left out: closed by 'holedger run "
+            f"abort' without a score ({', '.join(r[:8] for r in aborted)})"
+        )
+    return gains, excluded, note, aborted
 
 
 @analysis_group.command("gains")
@@ -137,7 +145,7 @@ def gains_cmd(
     summaries; from the home's ledger, or from run bundles with --bundle."""
     from holedger.analysis.gains import summarize
 
-    gains, excluded, note = _collect(ctx, task_id, verify, trusted, bundles, baselines)
+    gains, excluded, note, aborted = _collect(ctx, task_id, verify, trusted, bundles, baselines)
     groups = summarize(gains)
     if as_json:
         emit_json(
@@ -146,6 +154,8 @@ def gains_cmd(
                 "groups": [s.to_json() for s in groups],
                 "replayed": verify,
                 "excluded": excluded,
+                "aborted": aborted,  # closed by `run abort`: no score, left out
+                "note": note,
             }
         )
         return
@@ -210,7 +220,7 @@ def capabilities_cmd(
     and column means; from the home's ledger, or from run bundles with --bundle."""
     from holedger.analysis.capabilities import agent_label, capabilities
 
-    gains, excluded, note = _collect(ctx, task_id, verify, trusted, bundles)
+    gains, excluded, note, aborted = _collect(ctx, task_id, verify, trusted, bundles)
     tables = capabilities(gains)
     if as_json:
         emit_json(
@@ -219,6 +229,8 @@ def capabilities_cmd(
                 "runs": len(gains),
                 "replayed": verify,
                 "excluded": excluded,
+                "aborted": aborted,  # closed by `run abort`: no score, left out
+                "note": note,
             }
         )
         return

@@ -100,12 +100,16 @@ def run_gain(ledger: Ledger, run_id: str) -> RunGain | None:
     return gain_of(run_id, ledger.records(run_id))
 
 
-def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
-    """The gain of a run from its records (a ledger's or a bundle's), None if unscored or
-    not closed (RunScored without the RunClosed that follows it: a truncated log)."""
+def gain_of(
+    run_id: str, records: Iterable[Record], aborted: list[str] | None = None
+) -> RunGain | None:
+    """The gain of a run from its records (a ledger's or a bundle's), None if unscored, not
+    closed (RunScored without the RunClosed that follows it: a truncated log), or aborted
+    (closed by ``holedger run abort``: its id is appended to ``aborted`` when given)."""
     opened: RunOpened | None = None
     scored: RunScored | None = None
     closed = False
+    reason = None
     used = no_use()
     for rec in records:
         if rec.type == "RunOpened":
@@ -123,6 +127,13 @@ def gain_of(run_id: str, records: Iterable[Record]) -> RunGain | None:
             scored = payload
         elif rec.type == "RunClosed":
             closed = True
+            reason = rec.payload.get("reason")
+    if closed and reason == "aborted":
+        if aborted is not None and not (
+            opened is not None and opened.optimizer == BASELINE_OPTIMIZER
+        ):
+            aborted.append(run_id)
+        return None
     if opened is None or scored is None or not closed:
         return None  # unscored, or a log cut before its end (a bundle's, say)
     budget = opened.terms.budget
@@ -157,19 +168,25 @@ def collect(
     verify: bool = False,
     excluded: list[str] | None = None,
     trusted_keys: Sequence[PublicKey] = (),
+    aborted: list[str] | None = None,
 ) -> list[RunGain]:
     """Every scored run's gain, optionally only runs that replay verifies (with
     ``trusted_keys`` pinned, if given; the ids of the scored runs that do not verify are
-    appended to ``excluded`` when it is given)."""
+    appended to ``excluded`` when it is given). Aborted runs have no score to count: their
+    ids are appended to ``aborted`` when it is given."""
     from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
 
     # One source for every run: a task's baseline run is replayed once, not once per run.
     baselines = {EXTRA_KEY: LedgerBaselines(ledger, trusted_keys)}
     gains = []
     for info in ledger.runs():
-        if info.state != "closed" or (task_id and info.task_id != task_id):
+        if task_id and info.task_id != task_id:
             continue
         if info.optimizer == BASELINE_OPTIMIZER and not include_baselines:
+            continue
+        if info.state == "aborted" and aborted is not None:
+            aborted.append(info.run_id)
+        if info.state != "closed":
             continue
         gain = run_gain(ledger, info.run_id)
         if gain is None:
@@ -195,6 +212,7 @@ def collect_bundles(
     excluded: list[str] | None = None,
     trusted_keys: Sequence[PublicKey] = (),
     no_baseline: list[str] | None = None,
+    aborted: list[str] | None = None,
 ) -> list[RunGain]:
     """As :func:`collect`, from run bundles (``holedger export``) instead of a ledger.
 
@@ -213,7 +231,10 @@ def collect_bundles(
     for path in paths:
         with open_bundle(path) as bundle:
             run_id = bundle.run_id
-            gain = gain_of(run_id, (parse_record(raw) for raw in bundle.records()))
+            cut: list[str] = []
+            gain = gain_of(run_id, (parse_record(raw) for raw in bundle.records()), cut)
+        if cut and aborted is not None and run_id not in aborted:
+            aborted.append(run_id)
         by_run.setdefault(run_id, []).append(path)
         if gain is not None:
             scored.setdefault(run_id, []).append((path, gain))

@@ -808,7 +808,8 @@ class Ledger:
                 first = self.first_record(run_id)
                 last = self.last_record(run_id)
                 payload = first.payload if first.type == "RunOpened" else {}
-                closed = last.type == "Checkpoint" and self._closed(run_id, last.seq)
+                reason = self._closed(run_id, last.seq) if last.type == "Checkpoint" else None
+                closed = reason is not None
             except VerificationError:
                 infos.append(RunInfo(run_id, "?", "?", 0, "damaged", "?"))
                 continue
@@ -818,21 +819,26 @@ class Ledger:
                     task_id=str(payload.get("task_id", "?")),
                     optimizer=str(payload.get("optimizer", "?")),
                     events=last.seq + 1,
-                    state="closed" if closed else "open",
+                    # "aborted": closed by `holedger run abort`, without a score
+                    state=("aborted" if reason == "aborted" else "closed") if closed else "open",
                     opened=str(first.envelope["time"]),
                     closed=str(last.envelope["time"]) if closed else None,
                 )
             )
         return sorted(infos, key=lambda info: info.opened)
 
-    def _closed(self, run_id: str, last_seq: int) -> bool:
-        """A run is closed when its last two events are RunClosed and a Checkpoint."""
+    def _closed(self, run_id: str, last_seq: int) -> str | None:
+        """The RunClosed reason (``completed``, ``aborted``, ...) of a closed run, else
+        None. A run is closed when its last two events are RunClosed and a Checkpoint."""
         if last_seq < 1:
-            return False
+            return None
         before = self.app.recorder.select_events(
             run_uuid(run_id), gt=last_seq - 1, lte=last_seq, limit=1
         )
-        return bool(before) and before[0].topic == "RunClosed"
+        if not before or before[0].topic != "RunClosed":
+            return None
+        reason = self.mapper.to_domain_event(before[0]).payload.get("reason")
+        return str(reason) if reason is not None else "?"
 
     # ---------------------------------------------------------------- blobs
 

@@ -16,8 +16,11 @@ from holedger.replay.report import ReplayReport, counted, score_text
 def print_report(report: ReplayReport) -> None:
     """The human form of a replay report: verdict, checks, first failures, sections."""
     out = console()
-    verdict = "[bold green]VERIFIED[/]" if report.verified else "[bold red]FAILED[/]"
-    out.print(f"run {report.run_id}: {verdict} ({report.events} events)")
+    out.print(f"run {report.run_id}: {report.verdict_text} ({report.events} events)")
+    closed = report.sections.get("closed")
+    if report.aborted and isinstance(closed, dict):
+        why = f": {plain(closed['why'])}" if closed.get("why") else ""
+        out.print(f"aborted{why} (closed without a score; analyses leave it out)")
     run = report.sections.get("run")
     if isinstance(run, dict):
         out.print(

@@ -14,6 +14,12 @@ Checks (each a named check in the report):
   accepted request got all of its trials. Held-out scoring may be recorded with or
   without an EvaluationRequested on the test split; without one, its trials are checked
   by the scores projection (K attempts per test case).
+
+An **aborted** run (``RunClosed.reason`` = ``aborted``, as ``holedger run abort`` writes
+it) may end with its held-out scoring cut short: the held-out request then lacks trials
+and the run has no RunScored, which is reported, not failed. Every search request must
+still have all its trials (``run abort`` records those left without, as not run). The
+section ``closed`` holds the reason and the operator's stated why.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from holedger.schemas.events import (
     DisclosureProjected,
     EvaluationRequested,
     Model,
+    RunClosed,
     RunScored,
     TrialCompleted,
 )
 
+ABORTED = "aborted"  # RunClosed.reason of a run closed without finishing (run abort)
 COMMITTED = "candidates_committed"
 SEALED = "test_split_sealed"
 NOMINATION = "nomination"
@@ -74,6 +82,7 @@ class ProtocolProjection:
         self.heldout_seen: set[tuple[str, int]] = set()
         self.failures: list[tuple[int | None, str, str, str]] = []
         self.trials = 0
+        self.closed: RunClosed | None = None
 
     def _fail(self, seq: int | None, etype: str, reason: str, check: str) -> None:
         self.failures.append((seq, etype, reason, check))
@@ -103,6 +112,8 @@ class ProtocolProjection:
                 self._fail(seq, rec.type, "a second nomination", NOMINATION)
             else:
                 self.nominated = payload.candidate
+        elif isinstance(payload, RunClosed):
+            self.closed = payload
         elif isinstance(payload, RunScored):
             self.scored += 1
             if self.nominated is None:
@@ -223,10 +234,20 @@ class ProtocolProjection:
         for name, detail in CHECKS:
             out.declare(name, detail)
         past_break = 0  # requests whose missing trials may lie past a break in the log
+        cut_short = 0  # held-out requests of an aborted run, left without (all) trials
+        aborted = self.closed is not None and self.closed.reason == ABORTED
+        if self.closed is not None:
+            why = self.closed.summary.get("why")
+            out.section(
+                "closed",
+                {"reason": self.closed.reason, "why": why if isinstance(why, str) else None},
+            )
         for request_id, req in self.requests.items():
             missing = len(req.expected - req.seen)
             if req.accepted and missing and self.ctx.cut_after is not None:
                 past_break += 1
+            elif req.accepted and missing and aborted and req.split == "test" and not self.scored:
+                cut_short += 1
             elif req.accepted and missing:
                 self._fail(
                     req.seq,
@@ -254,6 +275,11 @@ class ProtocolProjection:
                     "trials, which may lie past the "
                     "break: not judged"
                     if past_break
+                    else ""
+                )
+                + (
+                    "; the held-out scoring was cut short by the abort (not judged)"
+                    if cut_short
                     else ""
                 ),
             )

@@ -67,10 +67,33 @@ class ReplayReport(BaseModel):
     def judged_on(self) -> str:
         return self._judged_on
 
+    @property
+    def aborted(self) -> bool:
+        """Closed by ``holedger run abort`` (RunClosed reason ``aborted``): no score."""
+        closed = self.sections.get("closed")
+        return isinstance(closed, dict) and closed.get("reason") == "aborted"
+
+    @property
+    def verdict(self) -> str:
+        """``verified``, ``verified-aborted`` (a verified log of a run that was abandoned:
+        it has no score to use) or ``failed``."""
+        if not self.verified:
+            return "failed"
+        return "verified-aborted" if self.aborted else "verified"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict as the text outputs print it (rich markup)."""
+        if not self.verified:
+            return "[bold red]FAILED[/]"
+        return "[bold yellow]VERIFIED (aborted)[/]" if self.aborted else "[bold green]VERIFIED[/]"
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "run_id": self.run_id,
             "verified": self.verified,
+            "verdict": self.verdict,
+            "aborted": self.aborted,
             "events": self.events,
             "checks": [c.model_dump() for c in self.checks],
             "warnings": [c.name for c in self.checks if c.level == "warning" and not c.ok],

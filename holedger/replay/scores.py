@@ -26,7 +26,13 @@ from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, score_text
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
-from holedger.schemas.events import CandidateNominated, Model, RunScored, TrialCompleted
+from holedger.schemas.events import (
+    CandidateNominated,
+    Model,
+    RunClosed,
+    RunScored,
+    TrialCompleted,
+)
 from holedger.server import rules
 
 CHECK = "scores"
@@ -49,9 +55,12 @@ class ScoresProjection:
         self.scored_seq: int | None = None
         self.failures: list[tuple[int | None, str | None, str]] = []
         self.section: dict[str, Any] = {"scored": False}
+        self.aborted = False  # closed by `run abort`: a nomination may stay unscored
 
     def apply(self, rec: Record, payload: Model) -> None:
-        if isinstance(payload, CandidateNominated) and self.nominated is None:
+        if isinstance(payload, RunClosed):
+            self.aborted = payload.reason == "aborted"
+        elif isinstance(payload, CandidateNominated) and self.nominated is None:
             self.nominated = payload.candidate
         elif isinstance(payload, TrialCompleted):
             if (
@@ -173,15 +182,18 @@ class ScoresProjection:
     def finish(self, out: ReportBuilder) -> None:
         out.declare(CHECK, "RunScored equals the scores recomputed from the held-out trials")
         unscored = self.nominated is not None and self.scored is None
-        if unscored and self.ctx.cut_after is None:
+        if unscored and self.ctx.cut_after is None and not self.aborted:
             self._fail(None, "the nominated candidate was never scored (no RunScored)")
         for seq, etype, reason in self.failures:
             out.fail(seq, etype, reason, check=CHECK)
         if not self.failures:
-            if unscored:
+            if unscored and self.aborted:
+                out.check(CHECK, True, "no RunScored: the run was aborted before it was scored")
+            elif unscored:
                 out.check(CHECK, True, "no RunScored, which may lie past the break: not judged")
             elif self.scored is None:
-                out.check(CHECK, True, "no RunScored: the run has no score")
+                why = "the run was aborted" if self.aborted else "the run has no score"
+                out.check(CHECK, True, f"no RunScored: {why}")
             else:
                 out.check(
                     CHECK,

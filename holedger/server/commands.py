@@ -133,6 +133,36 @@ def run_recover(ctx: click.Context, run: str, as_json: bool) -> None:
         click.echo(f"run {run_id}: nothing left unrecorded")
 
 
+@click.command("abort")
+@click.argument("run")
+@click.option("--reason", "why", required=True, help="Why the run is abandoned (recorded).")
+@_json_opt
+@click.pass_context
+def run_abort(ctx: click.Context, run: str, why: str, as_json: bool) -> None:
+    """Close RUN without a score, as aborted, recording the reason.
+
+    For a run that will not finish: its optimizer stopped, was interrupted or gave up.
+    Requests a stopped server left without trials are first recorded as not run (as 'run
+    recover' does); a nomination whose held-out scoring was cut short stays unscored.
+    Then a signed RunClosed with reason "aborted". Replay verifies the run as "VERIFIED
+    (aborted)"; the analyses leave it out.
+    """
+    from holedger.server.lifecycle import abort_run
+
+    with _service(ctx) as service:
+        run_id = service.ledger.resolve_run(run)
+        done = abort_run(service, run_id, why)
+    if as_json:
+        emit_json(done.as_json())
+        return
+    for request_id in done.recovered:
+        click.echo(f"recorded request {request_id}: its trials as not run, and its projection")
+    if done.nominated is not None and not done.scored:
+        click.echo(f"the nomination of {done.nominated[:12]} stays unscored")
+    click.echo(f"run {run_id} closed as aborted: {done.why}")
+    click.echo(f"verify it: holedger replay {run_id}")
+
+
 @click.group("candidate")
 def candidate_group() -> None:
     """Candidate harnesses of a run."""
@@ -361,6 +391,7 @@ def register(cli: click.Group) -> None:
         cli.add_command(run_group)
     run_group.add_command(run_open)
     run_group.add_command(run_recover)
+    run_group.add_command(run_abort)
     cli.add_command(candidate_group)
     cli.add_command(eval_cmd)
     cli.add_command(nominate_cmd)

@@ -46,6 +46,7 @@ class RunState:
     nominated: str | None = None
     scored: RunScored | None = None
     closed: bool = False
+    closed_reason: str | None = None  # RunClosed.reason: completed, aborted, ...
     # The held-out request recorded after the nomination (a resumed nomination reuses it).
     heldout: EvaluationRequested | None = None
     disclosed: set[str] = field(default_factory=set)
@@ -81,6 +82,7 @@ class RunState:
             self.scored = RunScored.model_validate(rec.payload)
         elif rec.type == "RunClosed":
             self.closed = True
+            self.closed_reason = str(rec.payload.get("reason"))
 
     @property
     def seed_commit(self) -> str:
@@ -130,6 +132,7 @@ def _snapshot(state: RunState) -> RunState:
         nominated=state.nominated,
         scored=state.scored,
         closed=state.closed,
+        closed_reason=state.closed_reason,
         heldout=state.heldout,
         disclosed=set(state.disclosed),
         projections=dict(state.projections),
