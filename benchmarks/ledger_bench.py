@@ -53,7 +53,8 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.records import payload_dict, record_bytes, utc_now
-from holedger.ledger.store import Ledger, origin_of
+from holedger.ledger.store import Ledger
+from holedger.protocol.runs import origin_of
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SCHEMA_VERSION, TaskTerms
 

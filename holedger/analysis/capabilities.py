@@ -34,8 +34,8 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.analysis.gains import RunGain
+from holedger.protocol.rules import BASELINE_OPTIMIZER
 from holedger.schemas.canonical import rational_to_str
-from holedger.server.rules import BASELINE_OPTIMIZER
 
 Agent = tuple[tuple[str, ...], str]  # (target models, task digest)
 

@@ -20,9 +20,9 @@ from typing import Any
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
+from holedger.protocol.rules import BASELINE_OPTIMIZER, add_use, no_use
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import EvaluationRequested, RunOpened, RunScored
-from holedger.server.rules import BASELINE_OPTIMIZER, add_use, no_use
 
 
 @dataclass(frozen=True)

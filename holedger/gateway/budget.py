@@ -1,7 +1,7 @@
 """Target-token accounting: reserve before forwarding, settle to actual usage after.
 
-The rules here are pure functions shared by the gateway (to decide) and replay (to check
-the recorded decision against the state it re-derives):
+The decision itself (:mod:`holedger.protocol.tokens`) is shared by the gateway (to
+decide) and replay (to check the recorded decision against the state it re-derives):
 
 * a call reserves ``prompt upper bound + n * max_tokens`` before it is forwarded;
 * it is allowed only if ``settled + outstanding + reservation <= cap`` for the run, and
@@ -24,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from holedger.protocol.tokens import budget_denial, fits
 from holedger.schemas.events import GatewayBudgetState, TokenUsage
+
+__all__ = ["budget_denial", "fits"]
 
 IMAGE_PART_TYPES = ("image_url", "input_image", "input_audio", "file")
 
@@ -64,22 +67,6 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
 def choices_count(body: dict[str, Any]) -> int:
     n = body.get("n", 1)
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
-
-
-def fits(cap: int, settled: int, outstanding: int, amount: int) -> bool:
-    """The one budget rule: a reservation fits when nothing can then exceed the cap."""
-    return settled + outstanding + amount <= cap
-
-
-def budget_denial(state: GatewayBudgetState, amount: int) -> str | None:
-    """None when ``amount`` fits ``state``; else which cap it breaks ("run" or "trial")."""
-    if not fits(state.cap, state.settled, state.outstanding, amount):
-        return "run"
-    if state.trial_cap is not None and not fits(
-        state.trial_cap, state.trial_settled, state.trial_outstanding, amount
-    ):
-        return "trial"
-    return None
 
 
 # More tokens than any one call can use: usage reporting more is not believed (the call

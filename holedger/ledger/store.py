@@ -18,7 +18,6 @@ database, so one URL is the whole ledger.
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -68,9 +67,9 @@ from holedger.ledger.keys import NO_HOME_HINT, SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.records import Record, parse_record, payload_dict, sign_envelope, utc_now
+from holedger.protocol.runs import checked_run_id, new_run_id, origin_of
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
-    RUN_ID_PATTERN,
     SCHEMA_VERSION,
     Checkpoint,
     OptimizerDescriptor,
@@ -142,25 +141,6 @@ def run_uuid(run_id: str) -> uuid.UUID:
         return uuid.UUID(run_id)
     except ValueError as exc:
         raise UsageError(f"not a run id: {run_id!r}", hint="see 'holedger run list'") from exc
-
-
-_RUN_ID = re.compile(RUN_ID_PATTERN)
-
-
-def checked_run_id(run_id: str) -> str:
-    """``run_id`` if it is a run id as events spell it (a lower-case version 4 UUID),
-    else UsageError: an event with any other spelling would not verify."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
-        raise UsageError(
-            f"not a holedger run id: {run_id!r}",
-            hint="run ids are lower-case version 4 UUIDs, as 'holedger run list' shows them",
-        )
-    return run_id
-
-
-def origin_of(run_id: str) -> str:
-    """The checkpoint origin line of a run."""
-    return f"holedger/run/{run_id}"
 
 
 # --------------------------------------------------------------------------- persistence
@@ -536,7 +516,7 @@ class Ledger:
         descriptor: OptimizerDescriptor | None = None,
     ) -> str:
         """Start a run: RunOpened at seq 0 declaring this ledger's keys by role."""
-        run_id = checked_run_id(run_id or str(uuid.uuid4()))
+        run_id = checked_run_id(run_id or new_run_id())
         payload = RunOpened(
             task_id=terms.task_id,
             task_digest=task_digest,

@@ -35,6 +35,7 @@ from typing import Protocol, cast
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.records import Record
+from holedger.protocol import rules
 from holedger.replay.engine import ProjectionFactory, ReplayContext
 from holedger.replay.report import ReplayReport, ReportBuilder, score_text
 from holedger.schemas.canonical import rational_to_str
@@ -45,7 +46,6 @@ from holedger.schemas.events import (
     RunScored,
     SeedBaseline,
 )
-from holedger.server import rules
 
 CHECK = "baseline"
 EXTRA_KEY = "baselines"

@@ -3,7 +3,8 @@
 For each EvaluationRequested, in log order, replay recomputes the cost with
 ``rules.request_cost``, compares the recorded ``budget_before`` with the use folded from
 the accepted requests before it, and re-takes the decision with ``rules.request_problem``
-and ``rules.budget_decision``. A rejection is also right when the candidate was never
+and ``rules.budget_decision``, comparing the refusal's code with the recorded one (never
+its text). A rejection is also right when the candidate was never
 committed (the server cannot evaluate what does not exist). The section ``budget_table``
 holds used / limit / percent per component, target tokens from the gateway's calls.
 """
@@ -14,6 +15,8 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.ledger.records import Record
+from holedger.protocol import rules
+from holedger.protocol.refusals import legacy_code
 from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
@@ -25,7 +28,6 @@ from holedger.schemas.events import (
     GatewayCall,
     Model,
 )
-from holedger.server import rules
 
 CHECK = "budget"
 
@@ -92,7 +94,7 @@ class BudgetProjection:
                     f"is not the re-derived {_use(self.used)}",
                 )
             )
-        reason = rules.request_problem(
+        refusal = rules.request_problem(
             self.terms,
             req.split,
             req.case_ids,
@@ -102,14 +104,14 @@ class BudgetProjection:
         ) or rules.budget_decision(self.terms.budget, self.used, req.split, cost)
         if req.decision == "accepted":
             self.accepted += 1
-            if reason is not None:
-                self.failures.append((seq, f"request {req.request_id} was accepted but {reason}"))
+            if refusal is not None:
+                self.failures.append((seq, f"request {req.request_id} was accepted but {refusal}"))
             self.used = rules.add_use(self.used, req.split, cost)
             return
         self.rejected += 1
         if req.candidate not in self.committed and req.reason:
             return  # nothing to evaluate: any stated reason is right
-        if reason is None:
+        if refusal is None:
             self.failures.append(
                 (
                     seq,
@@ -117,12 +119,16 @@ class BudgetProjection:
                     "but fits the budget and the rules",
                 )
             )
-        elif not req.reason or reason not in req.reason:
+            return
+        # Codes are compared, never text; a log from before codes has its code read off
+        # the reason by the wording of that time.
+        recorded = req.code if req.code is not None else legacy_code(req.reason)
+        if recorded != refusal.code:
             self.failures.append(
                 (
                     seq,
-                    f"request {req.request_id} was rejected with reason {req.reason!r}, "
-                    f"the rules say {reason!r}",
+                    f"request {req.request_id} was rejected with code {recorded} "
+                    f"({req.reason!r}), the rules say {refusal.code} ({refusal.text!r})",
                 )
             )
 

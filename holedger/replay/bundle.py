@@ -47,6 +47,7 @@ from holedger.ledger.note import (
     verify_checkpoint,
 )
 from holedger.ledger.records import Record, parse_record
+from holedger.protocol.runs import origin_of
 from holedger.replay.report import ReplayReport, counted
 
 if TYPE_CHECKING:
@@ -598,7 +599,7 @@ class BundleChecks:
         witnesses = list(policy.witnesses.values()) if policy is not None else []
         try:
             verified = verify_checkpoint(
-                note, log_keys, witnesses=witnesses, origin=f"holedger/run/{self.bundle.run_id}"
+                note, log_keys, witnesses=witnesses, origin=origin_of(self.bundle.run_id)
             )
         except VerificationError as exc:
             out.fail(None, None, f"{source} checkpoint note: {exc.message}", check=check)

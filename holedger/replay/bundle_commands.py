@@ -38,6 +38,7 @@ from holedger.ledger.note import (
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
 from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, plain, progress_bar, settings
+from holedger.protocol.runs import origin_of
 from holedger.replay.commands import trusted_key_option
 from holedger.replay.report import counted, score_text
 from holedger.schemas.canonical import b64decode_strict, parse_json
@@ -190,7 +191,7 @@ def _check_export_note(ledger: Any, run_id: str, path: str, note: str) -> int:
     hint = f"give a note made by 'holedger checkpoint show {run_id}' (cosigned or not)"
     try:
         cp = verify_checkpoint(
-            note, [server] if server else [], origin=f"holedger/run/{run_id}"
+            note, [server] if server else [], origin=origin_of(run_id)
         ).checkpoint
     except VerificationError as exc:
         raise UsageError(f"checkpoint note {path}: {exc.message}", hint=hint) from exc
@@ -587,7 +588,7 @@ def _verify_inclusion(text: str, keys: list[PublicKey]) -> dict[str, Any]:
     if proof.extra is None:
         raise VerificationError("the proof carries no event record (extra line)")
     rec = parse_record(proof.extra)
-    if cp.checkpoint.origin != f"holedger/run/{rec.run_id}":
+    if cp.checkpoint.origin != origin_of(rec.run_id):
         raise VerificationError("the event belongs to another run than the checkpoint")
     if rec.seq != proof.index:
         raise VerificationError(f"the event's seq {rec.seq} is not the proof index")

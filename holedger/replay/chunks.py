@@ -37,6 +37,7 @@ from holedger.errors import SchemaError, VerificationError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.note import parse_checkpoint, verify_note
 from holedger.ledger.records import checkpoint_pattern, parse_record, record_pattern
+from holedger.protocol.runs import origin_of
 from holedger.schemas.events import EVENT_TYPES, Checkpoint
 
 # Payload fields that name a blob by its SHA-256; replay re-hashes each one.
@@ -86,7 +87,7 @@ class _Run:
 
     def __init__(self, run_id: str, keys: tuple[tuple[str, str, bytes], ...]) -> None:
         self.run_id = run_id
-        self.origin = f"holedger/run/{run_id}"
+        self.origin = origin_of(run_id)
         # role -> (key id, verifier), both as the records spell them (bytes)
         self.roles: dict[bytes, tuple[bytes, Ed25519PublicKey]] = {}
         self.server: PublicKey | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 from holedger.errors import CanonicalError, PolicyError
 from holedger.ledger.records import Record
+from holedger.protocol import rules
 from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.canonical import canonical_json, parse_json
@@ -27,7 +28,6 @@ from holedger.schemas.events import (
     Model,
     TrialCompleted,
 )
-from holedger.server import rules
 
 CHECK = "disclosure"
 AGGREGATE_FIELDS = {"cases", "trials", "mean"}

@@ -31,6 +31,7 @@ from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import parse_checkpoint, verify_note
 from holedger.ledger.records import Record, parse_record
 from holedger.ledger.store import Ledger
+from holedger.protocol.runs import origin_of
 from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary
 from holedger.replay.report import ReplayReport, ReportBuilder
 from holedger.schemas.events import Checkpoint, Model, RunOpened
@@ -372,7 +373,7 @@ class _Verifier:
         except VerificationError as exc:
             self._broken(seq, etype, f"checkpoint note: {exc.message}", "checkpoints")
             return
-        if body.origin != f"holedger/run/{self.run_id}":
+        if body.origin != origin_of(self.run_id):
             self._broken(
                 seq, etype, f"checkpoint origin {body.origin!r} is not this run's", "checkpoints"
             )

@@ -10,7 +10,7 @@ From the GatewayCall events alone (no re-execution) this projection checks:
 * ``gateway_budget``: the settlements carry reservation indices 0..M-1 once each; for
   every budget decision the recorded state (settled, outstanding, per trial too) equals
   the state re-derived from the settlements before it, and the decision is what
-  :func:`holedger.gateway.budget.budget_denial` says for that state;
+  :func:`holedger.protocol.tokens.budget_denial` says for that state;
 * ``gateway_cap``: the settled target tokens do not exceed the cap (overshoot 0);
 * ``gateway_trial_totals``: each TrialCompleted's tokens and gateway_calls equal the sum
   and count of the GatewayCalls attributed to its trial.
@@ -23,8 +23,8 @@ from collections.abc import MutableSequence
 from itertools import chain
 from typing import Any, NamedTuple
 
-from holedger.gateway.budget import budget_denial
 from holedger.ledger.records import Record
+from holedger.protocol.tokens import budget_denial
 from holedger.replay.report import ReportBuilder
 from holedger.schemas.events import (
     GatewayBudgetState,

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from holedger.ledger.records import Record
+from holedger.protocol import rules
 from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
@@ -61,7 +62,6 @@ from holedger.schemas.events import (
     DisclosureProjected,
     Model,
 )
-from holedger.server import rules
 
 LEAKAGE = "leakage"
 SCAN = "candidate_scan"

@@ -2,7 +2,7 @@
 
 A trial's score is a fact the server signs. With the task at hand (found by name, or given
 with ``--task``, and of the pinned digest), replay re-parses each trial's recorded output
-exactly as the server did (``server.trials.parse_answer``), checks that the answer digest
+exactly as the server did (``protocol.answers.parse_answer``), checks that the answer digest
 is that answer's, and runs the verifier on it: the recorded score must be what it gives.
 A trial without output (never run) must score 0. Nothing is run in a sandbox: the
 verifier is the task's own scoring function, run here as the server ran it.
@@ -21,12 +21,12 @@ from typing import Any
 
 from holedger.errors import HoledgerError
 from holedger.ledger.records import Record
+from holedger.protocol.answers import answer_digest, parse_answer
 from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import Model, TrialCompleted
-from holedger.server import rules
 
 CHECK = "rescored"
 
@@ -94,7 +94,6 @@ class RescoreProjection:
             )
 
     def _problem(self, trial: TrialCompleted, verify: Callable[[str, Any], Fraction]) -> str | None:
-        from holedger.server.trials import parse_answer  # the server's own parser
 
         if trial.output_digest is None:
             if trial.answer_digest is not None or trial.score != 0:
@@ -104,7 +103,7 @@ class RescoreProjection:
         if output is None:
             return "withheld"
         natural, recorded = parse_answer(output)
-        digest = None if recorded is None else rules.answer_digest(recorded)
+        digest = None if recorded is None else answer_digest(recorded)
         if digest != trial.answer_digest:
             return "its answer digest is not that of the answer its output holds"
         if recorded is None:

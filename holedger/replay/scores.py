@@ -22,6 +22,7 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.ledger.records import Record
+from holedger.protocol import rules
 from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, score_text
 from holedger.replay.taskdata import TaskData, task_data
@@ -33,7 +34,6 @@ from holedger.schemas.events import (
     RunScored,
     TrialCompleted,
 )
-from holedger.server import rules
 
 CHECK = "scores"
 

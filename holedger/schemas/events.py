@@ -232,6 +232,9 @@ class EvaluationRequested(Model):
     budget_before: BudgetUse
     decision: Literal["accepted", "rejected"]
     reason: str | None = None
+    # The refusal's stable code (holedger.protocol.refusals); absent in logs written
+    # before codes were recorded, where replay reads it off ``reason``.
+    code: str | None = None
 
 
 class TrialCompleted(Model):

@@ -2,7 +2,7 @@
 
 Every operation follows one pattern: fold the run's events into its current state
 (:class:`~holedger.server.state.StateCache`), decide with the pure rules
-(:mod:`holedger.server.rules`), and append the decision with ``expected_seq`` = the head
+(:mod:`holedger.protocol.rules`), and append the decision with ``expected_seq`` = the head
 it was decided on. When another writer (a thread, a process, the gateway) appended first,
 the ledger raises LedgerConflictError and the operation folds again and decides again, so
 the budget gate is atomic without any lock outside the ledger.
@@ -46,6 +46,8 @@ from holedger.errors import (
     VerificationError,
 )
 from holedger.ledger.store import Ledger
+from holedger.protocol import refusals, rules
+from holedger.protocol.runs import new_run_id
 from holedger.replay.report import counted
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
@@ -64,7 +66,7 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 from holedger.schemas.types import Role
-from holedger.server import MAX_ATTEMPTS, rules, taskview
+from holedger.server import MAX_ATTEMPTS, taskview
 from holedger.server.candidates import (
     DEFAULT_LIMITS,
     CandidateRefused,
@@ -393,7 +395,7 @@ class RunService:
         backend = get_backend(backend or self.default_backend).name
         seed_files = read_directory(task.seed_dir, self.tree_limits)
         seed_baseline = self.ensure_baseline(task_ref, backend=backend) if baseline else None
-        run_id = str(uuid.uuid4())
+        run_id = new_run_id()
         repo = self.repo(run_id)
         seed = repo.commit(seed_files, None)
         if seed.commit != task.terms.seed_commit:
@@ -550,10 +552,10 @@ class RunService:
         def decide(st: RunState) -> tuple[list[Item], EvaluationRequested]:
             if st.closed or st.nominated is not None:
                 raise PolicyError(f"run {run_id} has a nomination; no more search requests")
-            reason = rules.request_problem(
+            refusal = rules.request_problem(
                 terms, split, ids, attempts, nominated=False, known_cases=None
             ) or rules.budget_decision(terms.budget, st.used, split, cost)
-            if reason is None and setup_error is not None:
+            if refusal is None and setup_error is not None:
                 raise setup_error  # nothing recorded: the request could not get its trials
             payload = EvaluationRequested(
                 request_id=request_id,
@@ -563,8 +565,9 @@ class RunService:
                 attempts=attempts,
                 cost=cost,
                 budget_before=st.used,
-                decision="rejected" if reason else "accepted",
-                reason=reason,
+                decision="rejected" if refusal else "accepted",
+                reason=refusal.text if refusal else None,
+                code=refusal.code if refusal else None,
             )
             return [("EvaluationRequested", payload, "server")], payload
 
@@ -575,9 +578,12 @@ class RunService:
         with _request_lock(self._request_lock_path(run_id, request_id)):
             request = self._decide(run_id, decide)
             if request.decision == "rejected":
-                reason = request.reason or "rejected"
-                error = BudgetExceededError if "budget exceeded" in reason else PolicyError
-                raise error(f"request {request_id} rejected: {reason}", hint=_hint_for(reason))
+                code = request.code or ""
+                error = BudgetExceededError if code.startswith("budget.") else PolicyError
+                raise error(
+                    f"request {request_id} rejected: {request.reason or 'rejected'}",
+                    hint=_hint_for(code),
+                )
             interrupted: EvaluationInterrupted | None = None
             try:
                 outcomes = self._run_trials(runner, run_id, request, split_cases)
@@ -1067,10 +1073,10 @@ def _open_for_search(state: RunState) -> None:
         )
 
 
-def _hint_for(reason: str) -> str:
-    if "budget exceeded" in reason:
+def _hint_for(code: str) -> str:
+    if code.startswith("budget."):
         return "see the remaining budget with 'holedger run show' or GET the run"
-    if "test split" in reason:
+    if code == refusals.TEST_SEALED:
         return "the test split is only scored after 'holedger nominate'"
     return "fix the request"
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
+from holedger.protocol import rules
 from holedger.schemas.events import (
     BudgetUse,
     CandidateCommitted,
@@ -21,7 +22,6 @@ from holedger.schemas.events import (
     RunOpened,
     RunScored,
 )
-from holedger.server import rules
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,8 @@ input goes to the entrypoint's stdin as JSON; the environment holds only
 ``HOLEDGER_MODEL`` and, when a gateway is attached, ``OPENAI_BASE_URL`` (a loopback port
 relayed by the sandbox to a unix socket the gateway opened for this trial alone) and
 ``OPENAI_API_KEY`` (a token for this trial alone, revoked when the trial ends). The answer
-is parsed from stdout and scored by the task's verifier in this (trusted) process.
-
-Answers are JSON. So that they can be hashed and shown as canonical JSON (which holds no
-floats), a number with a fraction or exponent is kept as its source text (a string), and
-an integer beyond 2**53 likewise; the verifier sees the answer as parsed normally.
+is parsed from stdout (:func:`holedger.protocol.answers.parse_answer`) and scored by the
+task's verifier in this (trusted) process.
 """
 
 from __future__ import annotations
@@ -27,16 +24,11 @@ from typing import Any, Protocol
 
 from holedger.errors import CanonicalError
 from holedger.ledger.store import Ledger
-from holedger.schemas.canonical import MAX_DEPTH, MAX_SAFE_INTEGER, canonical_json, plain_json
+from holedger.protocol.answers import answer_bytes, parse_answer
+from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
-from holedger.server import rules
 from holedger.server.candidates import CandidateRepo, remove_tree
 from holedger.server.sandbox import Backend, Limits, SandboxResult, SandboxSpec
-
-MAX_ANSWER_BYTES = 1 << 20
-# How deep an answer may nest: a dev projection holds it about 8 levels down in its event,
-# and the whole event must stay within the canonical depth limit (64).
-MAX_ANSWER_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -87,37 +79,6 @@ class TrialOutcome:
     violations: list[SafetyViolation]
     answer: Any | None
     failed_calls: dict[str, int] = field(default_factory=dict)
-
-
-def parse_answer(stdout: bytes) -> tuple[Any | None, Any | None]:
-    """(answer as the verifier sees it, answer as recorded) or (None, None)."""
-    text = stdout.strip()
-    if not text or len(text) > MAX_ANSWER_BYTES:
-        return None, None
-    # A harness may log before its answer: the answer is the last non-empty line when the
-    # whole output is not one JSON document.
-    candidates = [text]
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) > 1:
-        candidates.append(lines[-1])
-    for chunk in candidates:
-        try:
-            natural = json.loads(chunk)
-            recorded = json.loads(chunk, parse_float=str, parse_int=_safe_int)
-            canonical_json(recorded)
-        except (ValueError, CanonicalError, RecursionError):
-            continue
-        if not plain_json(recorded, MAX_DEPTH - MAX_ANSWER_DEPTH):
-            # Recorded inside a projection inside an event, the answer must still fit the
-            # canonical depth limit there: a deeper one is no answer.
-            continue
-        return natural, recorded
-    return None, None
-
-
-def _safe_int(text: str) -> int | str:
-    value = int(text)
-    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else text
 
 
 def free_port() -> int:
@@ -189,7 +150,7 @@ class TrialRunner:
         score = Fraction(0)
         answer_digest = None
         if recorded is not None:
-            answer_digest = self.ledger.put_blob(rules.answer_bytes(recorded))
+            answer_digest = self.ledger.put_blob(answer_bytes(recorded))
             score = Fraction(self.verify(plan.case_id, natural))
             if not 0 <= score <= 1:
                 raise ValueError(f"verifier scored {score} outside [0, 1]")

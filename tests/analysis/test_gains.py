@@ -14,7 +14,7 @@ from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.server import rules
+from holedger.protocol import rules
 
 SEED = "a" * 40
 CAND = "b" * 40

@@ -1,7 +1,7 @@
 """Hand-written runs for replay tests: a tiny task and a writer that speaks the protocol.
 
 The writer appends events with the low-level ledger API (``Ledger.append``), deciding
-honestly with ``holedger.server.rules`` unless a test overrides a field, which is how a
+honestly with ``holedger.protocol.rules`` unless a test overrides a field, which is how a
 dishonest server is simulated: every event is still validly signed.
 """
 
@@ -18,6 +18,7 @@ from sample_terms import task_terms
 
 from holedger.errors import PolicyError
 from holedger.ledger.store import Ledger
+from holedger.protocol import rules
 from holedger.replay.report import ReplayReport
 from holedger.replay.taskdata import CaseData, TaskData
 from holedger.schemas.events import (
@@ -33,7 +34,6 @@ from holedger.schemas.events import (
     TokenUsage,
     TrialCompleted,
 )
-from holedger.server import rules
 
 TASK_DIGEST = hashlib.sha256(b"replay-protocol test task").hexdigest()
 ZERO = "0" * 64
@@ -154,7 +154,7 @@ class RunWriter:
     ) -> tuple[str, int]:
         request_id = f"req-{len(self.trials) + 1}"
         cost = rules.request_cost(self.terms.split_sizes[split], len(case_ids), attempts)  # type: ignore[index]
-        reason = rules.request_problem(
+        refusal = rules.request_problem(
             self.terms, split, list(case_ids), attempts, nominated=self.nominated, known_cases=None
         ) or rules.budget_decision(self.terms.budget, self.used, split, cost)
         fields: dict[str, Any] = {
@@ -165,8 +165,9 @@ class RunWriter:
             "attempts": attempts,
             "cost": cost,
             "budget_before": self.used,
-            "decision": "accepted" if reason is None else "rejected",
-            "reason": reason,
+            "decision": "accepted" if refusal is None else "rejected",
+            "reason": None if refusal is None else refusal.text,
+            "code": None if refusal is None else refusal.code,
         }
         fields.update(override)
         seq = self.append("EvaluationRequested", EvaluationRequested(**fields))

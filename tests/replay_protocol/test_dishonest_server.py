@@ -11,10 +11,10 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.ledger.store import Ledger
+from holedger.protocol import rules
 from holedger.replay.report import ReplayReport
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import CaseScores
-from holedger.server import rules
 
 from .runs import (
     DEV,
@@ -113,6 +113,49 @@ def test_request_rejected_although_it_fits_is_caught(
     writer.close()
     (failure,) = failures_of(replay(writer.run_id), "budget")
     assert failure.startswith(f"{seq}:") and "fits the budget" in failure
+
+
+def test_request_rejected_with_the_wrong_code_is_caught_whatever_its_text(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    # Over the calls budget, recorded as a case_passes refusal under the calls wording:
+    # replay compares codes, so the right-looking text does not save it.
+    writer = _writer(ledger, dev_calls=1)
+    writer.evaluate(CAND, "dev", [DEV[0].id], 1)
+    right = rules.budget_decision(
+        writer.terms.budget, writer.used, "dev", rules.request_cost(len(DEV), 1, 1)
+    )
+    assert right is not None and right.code == "budget.calls"
+    _, seq = writer.request(CAND, "dev", [DEV[1].id], 1, code="budget.case_passes")
+    writer.close()
+    (failure,) = failures_of(replay(writer.run_id), "budget")
+    assert failure.startswith(f"{seq}:")
+    assert "code budget.case_passes" in failure and "the rules say budget.calls" in failure
+
+
+def test_a_reworded_refusal_with_the_rules_code_verifies(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    # The text is for people: any wording verifies when the code is the rule's.
+    writer = _writer(ledger, dev_calls=1)
+    writer.evaluate(CAND, "dev", [DEV[0].id], 1)
+    writer.request(CAND, "dev", [DEV[1].id], 1, reason="no calls left on dev")
+    writer.close()
+    assert failures_of(replay(writer.run_id), "budget") == []
+
+
+def test_a_refusal_without_a_code_is_read_by_the_old_wording(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    # A log from before codes: the recorded text alone, in that time's wording, verifies;
+    # another rule's wording does not.
+    writer = _writer(ledger, dev_calls=1)
+    writer.evaluate(CAND, "dev", [DEV[0].id], 1)
+    writer.request(CAND, "dev", [DEV[1].id], 1, code=None)
+    _, seq = writer.request(CAND, "dev", [DEV[2].id], 1, code=None, reason="no cases requested")
+    writer.close()
+    (failure,) = failures_of(replay(writer.run_id), "budget")
+    assert failure.startswith(f"{seq}:") and "code protocol.no_cases" in failure
 
 
 # ------------------------------------------------------------------ (b) val per-case

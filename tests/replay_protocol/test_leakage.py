@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from holedger.ledger.store import Ledger
+from holedger.protocol import rules
 from holedger.replay.leakage import Matcher, verdict
 from holedger.replay.report import ReplayReport
-from holedger.server import rules
 
 from .runs import (
     DEV,

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holedger.errors import PolicyError
+from holedger.protocol import rules
+from holedger.protocol.refusals import legacy_code
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget
-from holedger.server import rules
 
 from .runs import TEST, VAL, K, terms
 
@@ -39,12 +40,14 @@ def test_a_request_that_exactly_fits_is_accepted_and_one_more_is_not() -> None:
     assert rules.budget_decision(budget, used, "dev", half) is None
     used = rules.add_use(used, "dev", half)
     reason = rules.budget_decision(budget, used, "dev", rules.request_cost(4, 1, 1))
-    assert reason is not None and reason.startswith("dev calls budget exceeded")
+    assert reason is not None and reason.code == "budget.calls"
+    assert reason.text.startswith("dev calls budget exceeded")
     tiny = rules.request_cost(4, 1, 1)
     used_val = rules.add_use(rules.no_use(), "val", rules.request_cost(4, 4, 1))
     budget2 = budget.model_copy(update={"val": SplitBudget(calls=5, case_passes=Fraction(1))})
     reason = rules.budget_decision(budget2, used_val, "val", tiny)
-    assert reason is not None and reason.startswith("val case_passes budget exceeded")
+    assert reason is not None and reason.code == "budget.case_passes"
+    assert reason.text.startswith("val case_passes budget exceeded")
 
 
 def test_the_test_split_is_not_charged() -> None:
@@ -73,31 +76,53 @@ def test_following_the_gate_never_overspends(
 
 
 @pytest.mark.parametrize(
-    ("split", "cases", "attempts", "nominated", "expected"),
+    ("split", "cases", "attempts", "nominated", "expected", "code"),
     [
-        ("dev", ["rp-dev-0"], 0, False, "attempts must be at least 1"),
-        ("dev", [], 1, False, "no cases requested"),
-        ("dev", ["rp-dev-0", "rp-dev-0"], 1, False, "requested more than once"),
-        ("test", [c.id for c in TEST], K, False, "closed until a candidate is nominated"),
-        ("test", [c.id for c in TEST], 1, True, f"K={K} attempts"),
-        ("dev", ["rp-dev-9"], 1, False, "not in the dev split"),
-        ("val", [c.id for c in VAL[:4]], 1, False, "at least 5 cases"),
-        ("val", [c.id for c in VAL[:5]], 1, False, None),
-        ("test", [c.id for c in TEST], K, True, None),
+        ("dev", ["rp-dev-0"], 0, False, "attempts must be at least 1", "protocol.attempts"),
+        ("dev", [], 1, False, "no cases requested", "protocol.no_cases"),
+        (
+            "dev",
+            ["rp-dev-0", "rp-dev-0"],
+            1,
+            False,
+            "requested more than once",
+            "protocol.repeated_case",
+        ),
+        (
+            "test",
+            [c.id for c in TEST],
+            K,
+            False,
+            "closed until a candidate is nominated",
+            "protocol.test_sealed",
+        ),
+        ("test", [c.id for c in TEST], 1, True, f"K={K} attempts", "protocol.heldout_attempts"),
+        ("dev", ["rp-dev-9"], 1, False, "not in the dev split", "protocol.unknown_case"),
+        ("val", [c.id for c in VAL[:4]], 1, False, "at least 5 cases", "protocol.val_min_cases"),
+        ("sideways", ["x"], 1, False, "unknown split", "protocol.unknown_split"),
+        ("val", [c.id for c in VAL[:5]], 1, False, None, None),
+        ("test", [c.id for c in TEST], K, True, None, None),
     ],
 )
 def test_request_problems(
-    split: str, cases: list[str], attempts: int, nominated: bool, expected: str | None
+    split: str,
+    cases: list[str],
+    attempts: int,
+    nominated: bool,
+    expected: str | None,
+    code: str | None,
 ) -> None:
     known = {"dev": {f"rp-dev-{i}" for i in range(4)}, "val": {c.id for c in VAL}}
     known["test"] = {c.id for c in TEST}
     reason = rules.request_problem(
-        terms(), split, cases, attempts, nominated=nominated, known_cases=known[split]
+        terms(), split, cases, attempts, nominated=nominated, known_cases=known.get(split)
     )
     if expected is None:
         assert reason is None
     else:
-        assert reason is not None and expected in reason
+        assert reason is not None and expected in reason.text and reason.code == code
+        # the wording logs used before codes were recorded still reads as the same code
+        assert legacy_code(reason.text) == code
 
 
 def test_dev_projection_is_per_case_with_scores_answers_and_digests() -> None:

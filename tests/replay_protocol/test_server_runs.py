@@ -241,9 +241,9 @@ def test_a_key_holder_who_changes_a_held_out_score_is_caught_by_rescoring(
     from ledger.attacker import Row, resign_run
 
     from holedger.ledger.keys import SigningKey
+    from holedger.protocol import rules
     from holedger.replay.engine import LedgerBlobs, verify_records
     from holedger.schemas.canonical import rational_to_str
-    from holedger.server import rules
 
     settings, task, info = server_run
     honest = _replay(settings, task, info["run_id"])
@@ -365,10 +365,10 @@ def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
+    from holedger.protocol import rules
     from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
     from holedger.replay.engine import LedgerBlobs, verify_records
     from holedger.schemas.canonical import rational_to_str
-    from holedger.server import rules
 
     settings, task, info = server_run
     key = SigningKey.load(settings.key_path)
@@ -663,8 +663,8 @@ def test_analysis_of_bundles_counts_a_run_only_with_its_baseline_verified(
 
     from holedger.cli import cli
     from holedger.ledger.keys import SigningKey
+    from holedger.protocol import rules
     from holedger.schemas.canonical import rational_to_str
-    from holedger.server import rules
 
     settings, _, info = server_run
     runner = CliRunner()

@@ -14,6 +14,7 @@ from typing import Any
 from sample_terms import sha, task_terms
 
 from holedger.ledger.store import Ledger
+from holedger.protocol import rules
 from holedger.schemas.events import (
     CandidateCommitted,
     CandidateNominated,
@@ -27,7 +28,6 @@ from holedger.schemas.events import (
     TokenUsage,
     TrialCompleted,
 )
-from holedger.server import rules
 
 SIZES = {"dev": 6, "val": 6, "test": 5}
 E_H0 = Fraction(1, 3)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from holedger.protocol.answers import MAX_ANSWER_BYTES, parse_answer
 from holedger.schemas.canonical import canonical_json
-from holedger.server.trials import MAX_ANSWER_BYTES, parse_answer
 
 HOSTILE = [
     b'\xff\xfe{"answer": 1}',  # invalid UTF-8

@@ -15,8 +15,8 @@ from holedger.config import Settings
 from holedger.errors import ConfigError, PolicyError
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.ledger.store import Ledger
+from holedger.protocol import rules
 from holedger.schemas.events import TrialCompleted
-from holedger.server import rules
 from holedger.server.gateway_link import GatewayLink
 from holedger.server.service import RunService
 

@@ -12,8 +12,8 @@ import pytest
 from holedger.config import Settings
 from holedger.errors import BudgetExceededError, NotFoundError, PolicyError, Unavailable
 from holedger.ledger.store import Ledger
+from holedger.protocol.rules import BASELINE_OPTIMIZER
 from holedger.schemas.events import EvaluationRequested, RunScored
-from holedger.server.rules import BASELINE_OPTIMIZER
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from holedger.errors import HoledgerError, UsageError
+from holedger.protocol.answers import MAX_ANSWER_DEPTH
 from holedger.server import MAX_ATTEMPTS
 from holedger.server.candidates import (
     MAX_NAME_BYTES,
@@ -23,7 +24,6 @@ from holedger.server.candidates import (
 )
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
-from holedger.server.trials import MAX_ANSWER_DEPTH
 
 from .helpers import assert_replay_verifies
 

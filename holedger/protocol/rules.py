@@ -23,7 +23,8 @@ Definitions (HarnessOpt-Bench):
 Recording conventions that replay (holedger/replay/) checks:
 
 * requests are decided in log order: ``budget_before`` is the use folded from every
-  accepted request before it, a rejection's ``reason`` contains the rule's reason;
+  accepted request before it, a rejection's ``code`` is the rule's refusal code
+  (:mod:`holedger.protocol.refusals`; ``reason`` is its text, for people);
 * a request's trials are its case ids x attempts, attempts numbered ``0..attempts-1``,
   all recorded before its one DisclosureProjected (none for the test split);
 * the answer blob (``answer_digest``) holds :func:`answer_bytes` of the parsed answer;
@@ -44,6 +45,20 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.errors import PolicyError
+from holedger.protocol.answers import answer_bytes, answer_digest
+from holedger.protocol.refusals import (
+    BAD_ATTEMPTS,
+    BUDGET_CALLS,
+    BUDGET_CASE_PASSES,
+    HELDOUT_ATTEMPTS,
+    NO_CASES,
+    REPEATED_CASE,
+    TEST_SEALED,
+    UNKNOWN_CASE,
+    UNKNOWN_SPLIT,
+    VAL_TOO_FEW_CASES,
+    Refusal,
+)
 from holedger.schemas.canonical import canonical_json, rational_to_str
 from holedger.schemas.events import (
     BudgetUse,
@@ -95,24 +110,26 @@ def add_use(used: BudgetUse, split: str, cost: CaseCost) -> BudgetUse:
 
 def budget_decision(
     budget: BudgetVector, used: BudgetUse, split: str, cost: CaseCost
-) -> str | None:
+) -> Refusal | None:
     """None when every budget component of ``split`` still fits after adding ``cost``.
 
-    Otherwise the reason, naming the first component that would be overspent.
+    Otherwise the refusal, naming the first component that would be overspent.
     """
     if split not in SEARCH_SPLITS:
         return None
     limit = getattr(budget, split)
     spent: SplitUse = getattr(used, split)
     if spent.calls + cost.calls > limit.calls:
-        return (
+        return Refusal(
+            BUDGET_CALLS,
             f"{split} calls budget exceeded: {spent.calls} used + {cost.calls} "
-            f"> limit {limit.calls}"
+            f"> limit {limit.calls}",
         )
     if spent.case_passes + cost.case_passes > limit.case_passes:
-        return (
+        return Refusal(
+            BUDGET_CASE_PASSES,
             f"{split} case_passes budget exceeded: {rational_to_str(spent.case_passes)} used + "
-            f"{rational_to_str(cost.case_passes)} > limit {rational_to_str(limit.case_passes)}"
+            f"{rational_to_str(cost.case_passes)} > limit {rational_to_str(limit.case_passes)}",
         )
     return None
 
@@ -125,7 +142,7 @@ def request_problem(
     *,
     nominated: bool,
     known_cases: set[str] | None,
-) -> str | None:
+) -> Refusal | None:
     """Why a request is invalid regardless of budget, or None when it is well-formed.
 
     The test split is only evaluated after nomination, K attempts per case (held-out
@@ -134,27 +151,30 @@ def request_problem(
     the caller knows them) rejects unknown ids.
     """
     if split not in ("dev", "val", "test"):
-        return f"unknown split {split!r}"
+        return Refusal(UNKNOWN_SPLIT, f"unknown split {split!r}")
     if attempts < 1:
-        return f"attempts must be at least 1, got {attempts}"
+        return Refusal(BAD_ATTEMPTS, f"attempts must be at least 1, got {attempts}")
     if not case_ids:
-        return "no cases requested"
+        return Refusal(NO_CASES, "no cases requested")
     repeated = sorted(c for c, n in Counter(case_ids).items() if n > 1)
     if repeated:
-        return f"case {repeated[0]} requested more than once"
+        return Refusal(REPEATED_CASE, f"case {repeated[0]} requested more than once")
     if split == "test":
         if not nominated:
-            return "the test split is closed until a candidate is nominated"
+            return Refusal(TEST_SEALED, "the test split is closed until a candidate is nominated")
         if attempts != terms.k:
-            return f"held-out scoring uses K={terms.k} attempts, not {attempts}"
+            return Refusal(
+                HELDOUT_ATTEMPTS, f"held-out scoring uses K={terms.k} attempts, not {attempts}"
+            )
     if known_cases is not None:
         unknown = sorted(set(case_ids) - known_cases)
         if unknown:
-            return f"case {unknown[0]} is not in the {split} split"
+            return Refusal(UNKNOWN_CASE, f"case {unknown[0]} is not in the {split} split")
     if split == "val" and len(case_ids) < terms.disclosure.min_aggregate_cases:
-        return (
+        return Refusal(
+            VAL_TOO_FEW_CASES,
             f"val requests need at least {terms.disclosure.min_aggregate_cases} cases "
-            f"(aggregate disclosure), got {len(case_ids)}"
+            f"(aggregate disclosure), got {len(case_ids)}",
         )
     return None
 
@@ -182,16 +202,6 @@ class TrialView:
     exit_status: int | None = None
     timed_out: bool = False
     answer_known: bool = True
-
-
-def answer_bytes(answer: Any) -> bytes:
-    """The bytes of the answer blob: canonical JSON of the parsed answer."""
-    return canonical_json(answer)
-
-
-def answer_digest(answer: Any) -> str:
-    """The SHA-256 of :func:`answer_bytes` (the TrialCompleted answer_digest)."""
-    return hashlib.sha256(answer_bytes(answer)).hexdigest()
 
 
 def trial_view(

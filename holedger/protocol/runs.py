@@ -1,0 +1,32 @@
+"""Run ids and the checkpoint origin of a run, as events spell them."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from holedger.errors import UsageError
+from holedger.schemas.events import RUN_ID_PATTERN
+
+RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def new_run_id() -> str:
+    """A fresh run id: a lower-case version 4 UUID."""
+    return str(uuid.uuid4())
+
+
+def checked_run_id(run_id: str) -> str:
+    """``run_id`` if it is a run id as events spell it (a lower-case version 4 UUID),
+    else UsageError: an event with any other spelling would not verify."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        raise UsageError(
+            f"not a holedger run id: {run_id!r}",
+            hint="run ids are lower-case version 4 UUIDs, as 'holedger run list' shows them",
+        )
+    return run_id
+
+
+def origin_of(run_id: str) -> str:
+    """The origin line of a run's tlog checkpoints (C2SP tlog-checkpoint)."""
+    return f"holedger/run/{run_id}"
