@@ -1,6 +1,7 @@
 """The transparency-dev/merkle inclusion and consistency vectors, many deliberately broken.
 
-Read from ../shared/data/merkle-vectors next to the repository; skipped when absent.
+Copied under tests/proofs/vectors/merkle/ with their licence (Apache-2.0); see the README
+there for where they come from.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ import pytest
 from holedger.errors import VerificationError
 from holedger.ledger.proofs import verify_consistency, verify_inclusion
 
-VECTORS = Path(__file__).parents[2] / ".." / "shared" / "data" / "merkle-vectors"
+VECTORS = Path(__file__).parent / "vectors" / "merkle"
 
 
 def _files(kind: str) -> list[Path]:
-    if not VECTORS.is_dir():
-        return []
     return sorted((VECTORS / kind).rglob("*.json"))
 
 
@@ -30,11 +29,6 @@ def _b64(value: str | None) -> bytes:
 
 def _ids(paths: list[Path]) -> list[str]:
     return [str(p.relative_to(VECTORS)) for p in paths]
-
-
-def _skip_if_absent() -> None:
-    if not VECTORS.is_dir():
-        pytest.skip("merkle vectors not present (../shared/data/merkle-vectors)")
 
 
 def _expect(case: dict[str, Any], hashes: list[bytes], check: Any) -> None:
@@ -56,7 +50,6 @@ CONSISTENCY = _files("consistency")
 
 
 def test_vector_counts() -> None:
-    _skip_if_absent()
     assert len(INCLUSION) + len(CONSISTENCY) == 196
     assert sum(json.loads(p.read_text())["wantErr"] for p in INCLUSION + CONSISTENCY) > 150
 
