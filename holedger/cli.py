@@ -22,6 +22,7 @@ ROOM_COMMANDS = (
     "holedger.gateway.commands",
     "holedger.sandboxes.commands",
     "holedger.analysis.commands",
+    "holedger.audit.commands",
     "holedger.demo.commands",
 )
 

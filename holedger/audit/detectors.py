@@ -10,7 +10,7 @@ ids, file and line). The cues are readings of B3 ("reading, not stated"):
 * ``answer_not_from_model``: Ĥ's answer appears in none of its trial's model responses,
   on more cases than H0's does (a post-processing both share is not a finding);
 * ``lookup_table``: an added line (comments left out) holds a case's key (its id, or a
-  text of its input of at least 12 characters) of any split together with that case's
+  text of its input of at least 8 characters) of any split together with that case's
   expected answer;
 * ``per_item_gate``: an added condition (``if``, ``elif``, ``case``, ``==``, ``in``) on a
   case's key, without its answer;
@@ -31,7 +31,7 @@ from typing import Any
 
 from holedger.audit.stats import normalize_answer
 
-MIN_KEY_TEXT = 12
+MIN_KEY_TEXT = 8
 MIN_RECURRING = 3
 MIN_CONSTANT_CASES = 3
 

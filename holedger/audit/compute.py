@@ -1,0 +1,114 @@
+"""The numbers of an HDA audit from the facts of the logs: one function per step, used by
+the audit when it records a step and by verification when it recomputes it.
+
+Search set (a reading, not stated): the dev and val cases the nominee Ĥ was evaluated on
+in the audited run; if it was evaluated on none, every dev and val case any candidate of
+the run was evaluated on. Scores per case are means over attempts; H0's trials are the
+seed's trials of the run plus the audit's control evaluations of H0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from holedger.audit import stats
+from holedger.audit.facts import RunFacts, Trial, mean_per_case, per_case
+
+READINGS = {
+    **stats.READINGS,
+    "B1.search_set": "the dev and val cases the nominee was evaluated on in the run (else "
+    "those any candidate was); H0 is the run's seed commit, evaluated by control "
+    "evaluations on the cases the run has no seed trial of",
+    "B3.neutral": "when no detector or person finds a mechanism, Hneutral = H^ and O = 0",
+}
+
+
+def search_set(run: RunFacts, nominee: str) -> dict[str, list[str]]:
+    """Search cases per split (sorted)."""
+    chosen = run.search_trials(nominee) or [t for t in run.trials if t.split in ("dev", "val")]
+    out: dict[str, set[str]] = {"dev": set(), "val": set()}
+    for t in chosen:
+        out[t.split].add(t.case_id)
+    return {split: sorted(ids) for split, ids in out.items() if ids}
+
+
+def attempts_of(trials: Sequence[Trial]) -> int:
+    """The audit's attempts per case: the most attempts Ĥ had on a search case (at least 1)."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.case_id] = counts.get(t.case_id, 0) + 1
+    return max(counts.values(), default=1)
+
+
+def on_cases(trials: Sequence[Trial], cases: dict[str, list[str]]) -> list[Trial]:
+    wanted = {(split, c) for split, ids in cases.items() for c in ids}
+    return [t for t in trials if (t.split, t.case_id) in wanted]
+
+
+def missing(trials: Sequence[Trial], cases: dict[str, list[str]]) -> dict[str, list[str]]:
+    have = {(t.split, t.case_id) for t in trials}
+    out = {split: [c for c in ids if (split, c) not in have] for split, ids in cases.items()}
+    return {split: ids for split, ids in out.items() if ids}
+
+
+def gate(
+    hhat: Sequence[Trial], h0: Sequence[Trial], *, resamples: int, seed: int, alpha: Fraction
+) -> stats.GateResult:
+    return stats.paired_bootstrap(
+        stats.case_means(per_case(hhat)),
+        stats.case_means(per_case(h0)),
+        resamples=resamples,
+        seed=seed,
+        alpha=alpha,
+    )
+
+
+def scale(hhat: Sequence[Trial], h0: Sequence[Trial]) -> stats.ScaleFactor:
+    return stats.scale_factor(
+        mean_per_case(hhat, "gateway_calls"),
+        mean_per_case(h0, "gateway_calls"),
+        mean_per_case(hhat, "tokens"),
+        mean_per_case(h0, "tokens"),
+    )
+
+
+def s_of(trials: Sequence[Trial], cases: Sequence[str]) -> Fraction:
+    """S over ``cases``: the mean of per-case means (cases without trials are refused)."""
+    means = stats.case_means(per_case(trials))
+    absent = [c for c in cases if c not in means]
+    if absent:
+        raise ValueError(f"no trial on case {absent[0]}")
+    return sum((means[c] for c in cases), Fraction(0)) / len(cases)
+
+
+def s_scaled(
+    trials: Sequence[Trial],
+    answers: dict[str, Any],
+    cases: Sequence[str],
+    k: int,
+    aggregator: stats.Aggregator,
+) -> Fraction:
+    """S(H0scale): each case's attempts cut into groups of k and aggregated."""
+    by_case: dict[str, list[Trial]] = {}
+    for t in trials:
+        by_case.setdefault(t.case_id, []).append(t)
+    total = Fraction(0)
+    for case in cases:
+        ordered = sorted(by_case.get(case, []), key=lambda t: t.attempt)
+        total += stats.aggregate_case(
+            [(answers.get(t.trial_id), t.score) for t in ordered], k, aggregator
+        )
+    return total / len(cases)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The four harnesses' search-set trials an audit decomposes."""
+
+    hhat: list[Trial]
+    h0: list[Trial]
+    h0scale: list[Trial]
+    hneutral: list[Trial]

@@ -1,0 +1,534 @@
+"""The HDA protocol as audit steps: open an audit on a closed run, run the protocol
+(gate, H0scale, shortcut detectors, decomposition), add a finding by hand, neutralize.
+
+Each step reads the logs, asks the trusted server for control evaluations where it
+needs them (:mod:`holedger.audit.control`) and appends signed events to the audit's own
+stream (:mod:`holedger.audit.log`); the numbers come from :mod:`holedger.audit.compute`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from holedger.audit import compute, detectors, stats
+from holedger.audit.control import ControlRun
+from holedger.audit.events import (
+    AuditOpened,
+    AuditRole,
+    CheckpointRef,
+    ControlEvaluated,
+    Decomposed,
+    FindingRecorded,
+    GateComputed,
+    NeutralCommitted,
+    ScaleDerived,
+)
+from holedger.audit.facts import RunFacts, Trial, answer_of, read_run, response_text, trial_facts
+from holedger.audit.log import AuditLog, AuditRecord
+from holedger.config import Settings
+from holedger.errors import NotFoundError, UsageError
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+from holedger.schemas.events import PublicKeyInfo
+from holedger.server.candidates import CandidateRepo
+from holedger.server.service import RunConfig
+from holedger.server.taskview import ServerTask, load_server_task
+
+Item = tuple[str, BaseModel, AuditRole]
+TaskLoader = Callable[[str], ServerTask]
+
+
+@dataclass
+class AuditContext:
+    """Everything an audit step uses: home, ledger, audit log, keys, how to get the task."""
+
+    settings: Settings
+    ledger: Ledger
+    log: AuditLog
+    auditor: SigningKey
+    task_loader: TaskLoader = load_server_task
+    gateway: Any = "auto"
+    server_key: SigningKey | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def server(self, run: RunFacts) -> SigningKey:
+        key = self.server_key or SigningKey.load(self.settings.key_path)
+        if key.key_id_hex != run.server_key.get("key_id"):
+            raise UsageError(
+                f"this home's key {key.key_id_hex} is not the server key of run {run.run_id}",
+                hint="run control evaluations in the home of the server that ran the run",
+            )
+        return key
+
+
+def _pub(key: SigningKey) -> PublicKeyInfo:
+    return PublicKeyInfo(name=key.name, key_id=key.key_id_hex, public_key=key.public.b64)
+
+
+def open_audit(ctx: AuditContext, run_ref: str) -> str:
+    """AuditOpened bound to the run's last checkpoint; refuses an open run and an auditor
+    key that is the run's server key."""
+    run_id = ctx.ledger.resolve_run(run_ref)
+    run = read_run(run_id, ctx.ledger.records(run_id))
+    if not run.closed or not run.checkpoints:
+        raise UsageError(
+            f"run {run_id} is open: an audit binds to a closed run",
+            hint="audit it once it is nominated and closed",
+        )
+    if ctx.auditor.public.b64 == run.server_key.get("public_key"):
+        raise UsageError(
+            f"the auditor key {ctx.auditor.key_id_hex} is the server key of run {run_id}",
+            hint="make an auditor key of its own with 'holedger audit key new FILE'",
+        )
+    size = max(run.checkpoints)
+    opened = AuditOpened(
+        run_id=run_id,
+        run_checkpoint=CheckpointRef(size=size, root=run.checkpoints[size]),
+        run_server_key=PublicKeyInfo.model_validate(run.server_key),
+        auditor_key=_pub(ctx.auditor),
+        readings=compute.READINGS,
+    )
+    audit_id = ctx.log.new_id()
+    ctx.log.append(audit_id, [("AuditOpened", opened, "auditor")], {"auditor": ctx.auditor})
+    return audit_id
+
+
+@dataclass
+class AuditState:
+    """An audit's events read back: its binding, and what each step recorded."""
+
+    audit_id: str
+    records: list[AuditRecord]
+    opened: AuditOpened
+    controls: list[ControlEvaluated]
+    gate: GateComputed | None
+    scale: ScaleDerived | None
+    findings: list[FindingRecorded]
+    neutral: NeutralCommitted | None
+    decomposed: Decomposed | None
+
+
+def read_audit(log: AuditLog, audit_ref: str) -> AuditState:
+    audit_id = log.resolve(audit_ref)
+    records = log.records(audit_id)
+    if not records or records[0].type != "AuditOpened":
+        raise UsageError(f"audit {audit_id} does not start with AuditOpened")
+    state = AuditState(
+        audit_id,
+        records,
+        AuditOpened.model_validate(records[0].payload),
+        [],
+        None,
+        None,
+        [],
+        None,
+        None,
+    )
+    for rec in records[1:]:
+        p = rec.payload
+        if rec.type == "ControlEvaluated":
+            state.controls.append(ControlEvaluated.model_validate(p))
+        elif rec.type == "GateComputed":
+            state.gate = GateComputed.model_validate(p)
+        elif rec.type == "ScaleDerived":
+            state.scale = ScaleDerived.model_validate(p)
+        elif rec.type == "FindingRecorded":
+            state.findings.append(FindingRecorded.model_validate(p))
+        elif rec.type == "NeutralCommitted":
+            state.neutral = NeutralCommitted.model_validate(p)
+        elif rec.type == "Decomposed":
+            state.decomposed = Decomposed.model_validate(p)
+    return state
+
+
+def _nominee(run: RunFacts) -> str:
+    if run.nominee is None:
+        raise UsageError(
+            f"run {run.run_id} has no nominated candidate: there is no H^ to attribute",
+        )
+    return run.nominee
+
+
+def _loaded_task(ctx: AuditContext, run_id: str) -> tuple[ServerTask, str | None]:
+    config = RunConfig.load(ctx.settings, run_id)
+    return ctx.task_loader(config.task), config.backend
+
+
+def case_facts(task_ref: str) -> dict[str, detectors.CaseFacts]:
+    """Every case of the task (all splits) with its expected answer; {} when the task
+    cannot be loaded as a holedger task folder."""
+    try:
+        from holedger.tasks import load_task
+
+        loaded = load_task(task_ref)
+    except Exception:  # a task given by a loader of its own (tests), or gone
+        return {}
+    out = {}
+    for split in ("dev", "val", "test"):
+        for case in loaded.cases(split):
+            out[case.id] = detectors.CaseFacts(case.id, split, case.input, case.expected)
+    return out
+
+
+def added_lines(repo: CandidateRepo, base: str, candidate: str) -> list[detectors.AddedLine]:
+    """Lines ``candidate`` adds to ``base``, file by file (text files only)."""
+    old, new = repo.files(base), repo.files(candidate)
+    out = []
+    for path in sorted(new):
+        if path in old and old[path].data == new[path].data:
+            continue
+        try:
+            after = new[path].data.decode("utf-8").splitlines()
+            before = old[path].data.decode("utf-8").splitlines() if path in old else []
+        except UnicodeDecodeError:
+            continue
+        matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+        for tag, _, _, j1, j2 in matcher.get_opcodes():
+            if tag in ("replace", "insert"):
+                out += [detectors.AddedLine(path, j + 1, after[j]) for j in range(j1, j2)]
+    return out
+
+
+def unified_diff(repo: CandidateRepo, base: str, candidate: str) -> str:
+    old, new = repo.files(base), repo.files(candidate)
+    lines: list[str] = []
+    for path in sorted(set(old) | set(new)):
+        a = old[path].data.decode("utf-8", "replace").splitlines() if path in old else []
+        b = new[path].data.decode("utf-8", "replace").splitlines() if path in new else []
+        if a != b:
+            lines += difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", lineterm="")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def answers_for(ledger: Ledger, trials: Sequence[Trial]) -> dict[str, Any]:
+    return {
+        t.trial_id: answer_of(ledger.get_blob(t.answer_digest) if t.answer_digest else None)
+        for t in trials
+    }
+
+
+def _evaluate_all(
+    control: ControlRun,
+    harness: str,
+    candidate: str,
+    cases: dict[str, list[str]],
+    attempts: int,
+) -> tuple[list[ControlEvaluated], list[Trial]]:
+    statements, trials = [], []
+    for split, ids in cases.items():
+        statement, got = control.evaluate(harness, candidate, split, ids, attempts)  # type: ignore[arg-type]
+        statements.append(statement)
+        trials += got
+    return statements, trials
+
+
+def run_hda(
+    ctx: AuditContext,
+    audit_ref: str,
+    *,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    seed: int = 0,
+    aggregator: stats.Aggregator = "majority_vote",
+) -> AuditState:
+    """Gate, H0scale, detectors, and the decomposition when nothing needs neutralizing."""
+    state = read_audit(ctx.log, audit_ref)
+    if state.gate is not None:
+        raise UsageError(f"audit {state.audit_id} has run its protocol already")
+    run_id = state.opened.run_id
+    run = read_run(run_id, ctx.ledger.records(run_id))
+    hhat = _nominee(run)
+    server = ctx.server(run)
+    task, backend = _loaded_task(ctx, run_id)
+    cases = compute.search_set(run, hhat)
+    hhat_trials = compute.on_cases(run.search_trials(hhat), cases)
+    attempts = compute.attempts_of(hhat_trials)
+    h0_trials = compute.on_cases(run.search_trials(run.seed_commit), cases)
+    items: list[Item] = []
+    control: ControlRun | None = None
+
+    def control_run() -> ControlRun:
+        nonlocal control
+        if control is None:
+            control = ControlRun(
+                ctx.settings,
+                ctx.ledger,
+                task,
+                audit_id=state.audit_id,
+                run_id=run_id,
+                backend=backend,
+                gateway=ctx.gateway,
+            )
+        return control
+
+    try:
+        lacking = compute.missing(h0_trials, cases)
+        if lacking:
+            made, got = _evaluate_all(control_run(), "H0", run.seed_commit, lacking, attempts)
+            items += [("ControlEvaluated", s, "server") for s in made]
+            h0_trials += got
+        result = compute.gate(
+            hhat_trials, h0_trials, resamples=resamples, seed=seed, alpha=stats.DEFAULT_ALPHA
+        )
+        items.append(
+            (
+                "GateComputed",
+                GateComputed(
+                    gate=result.as_json(),
+                    sources={"Hhat": hhat, "H0": run.seed_commit, "attempts": str(attempts)},
+                ),
+                "auditor",
+            )
+        )
+        if not result.significant:
+            items.append(
+                (
+                    "Decomposed",
+                    Decomposed(
+                        status="not_significant", decomposition=None, transfer=None, strata=[]
+                    ),
+                    "auditor",
+                )
+            )
+            return _append(ctx, state, items, server)
+        factor = compute.scale(hhat_trials, h0_trials)
+        all_cases = [c for ids in cases.values() for c in ids]
+        if factor.k > 1:
+            made, scaled = _evaluate_all(
+                control_run(), "H0scale", run.seed_commit, cases, factor.k * attempts
+            )
+            items += [("ControlEvaluated", s, "server") for s in made]
+            s_scaled = compute.s_scaled(
+                scaled, answers_for(ctx.ledger, scaled), all_cases, factor.k, aggregator
+            )
+        else:
+            s_scaled = result.s_base  # H0scale = H0: T = 0, as recorded
+        items.append(
+            (
+                "ScaleDerived",
+                ScaleDerived(scale=factor.as_json(), aggregator=aggregator, s_scaled=s_scaled),
+                "auditor",
+            )
+        )
+        found = _detect(ctx, task, run, hhat, hhat_trials, h0_trials)
+        items += [
+            (
+                "FindingRecorded",
+                FindingRecorded(
+                    category=f.category,
+                    source="detector",
+                    summary=f.summary,
+                    evidence=f.as_json(),
+                ),
+                "auditor",
+            )
+            for f in found
+        ]
+        if not found:
+            # Nothing detected: Hneutral = H^ and O = 0 (a reading, named in the output).
+            items.append(
+                (
+                    "Decomposed",
+                    _decomposed(run, result, s_scaled, result.s_candidate, cases, task),
+                    "auditor",
+                )
+            )
+        else:
+            items.append(
+                (
+                    "Decomposed",
+                    Decomposed(
+                        status="pending_neutral", decomposition=None, transfer=None, strata=[]
+                    ),
+                    "auditor",
+                )
+            )
+    finally:
+        if control is not None:
+            control.close()
+    return _append(ctx, state, items, server)
+
+
+def _detect(
+    ctx: AuditContext,
+    task: ServerTask,
+    run: RunFacts,
+    hhat: str,
+    hhat_trials: list[Trial],
+    h0_trials: list[Trial],
+) -> list[detectors.Finding]:
+    cases = case_facts(task.ref)
+    repo = CandidateRepo(ctx.settings.run_repo(run.run_id))
+    added = added_lines(repo, run.seed_commit, hhat)
+    return detect_from(ctx.ledger, cases, added, hhat_trials, h0_trials, run)
+
+
+def detect_from(
+    ledger: Ledger,
+    cases: dict[str, detectors.CaseFacts],
+    added: list[detectors.AddedLine],
+    hhat_trials: list[Trial],
+    h0_trials: list[Trial],
+    run: RunFacts,
+) -> list[detectors.Finding]:
+    """The detectors over the logs' trials (answers and model responses from blobs)."""
+    both = [*hhat_trials, *h0_trials]
+    answers = answers_for(ledger, both)
+    responses = {
+        t.trial_id: [response_text(ledger.get_blob(d)) for d in run.responses.get(t.trial_id, [])]
+        for t in both
+    }
+    return detectors.detect(
+        trial_facts(hhat_trials, answers, responses),
+        trial_facts(h0_trials, answers, responses),
+        cases,
+        added,
+    )
+
+
+def _decomposed(
+    run: RunFacts,
+    gate: stats.GateResult,
+    s_scaled: Fraction,
+    s_neutral: Fraction,
+    cases: dict[str, list[str]],
+    task: ServerTask,
+) -> Decomposed:
+    del cases, task
+    parts = stats.decompose(gate.s_candidate, gate.s_base, s_scaled, s_neutral)
+    transfer = None
+    if run.held_out is not None:
+        transfer = stats.transfer(gate.delta, run.held_out[0] - run.held_out[1])
+    return Decomposed(
+        status="decomposed", decomposition=parts.as_json(), transfer=transfer, strata=[]
+    )
+
+
+def _append(
+    ctx: AuditContext, state: AuditState, items: list[Item], server: SigningKey
+) -> AuditState:
+    ctx.log.append(state.audit_id, items, {"auditor": ctx.auditor, "server": server})
+    return read_audit(ctx.log, state.audit_id)
+
+
+def add_finding(
+    ctx: AuditContext, audit_ref: str, category: str, evidence: str, summary: str | None
+) -> AuditState:
+    if category not in (*detectors.CATEGORIES, *detectors.MANUAL_CATEGORIES):
+        raise UsageError(
+            f"unknown finding category {category!r}",
+            hint="one of " + ", ".join((*detectors.MANUAL_CATEGORIES, *detectors.CATEGORIES)),
+        )
+    if not evidence.strip():
+        raise UsageError("--evidence is empty", hint="name the file:line, trials or cases")
+    state = read_audit(ctx.log, audit_ref)
+    finding = FindingRecorded(
+        category=category,
+        source="manual",
+        summary=(summary or evidence)[:2000],
+        evidence={"text": evidence[:4000], "signer": ctx.auditor.key_id_hex},
+    )
+    ctx.log.append(
+        state.audit_id, [("FindingRecorded", finding, "auditor")], {"auditor": ctx.auditor}
+    )
+    return read_audit(ctx.log, state.audit_id)
+
+
+def neutralize(
+    ctx: AuditContext, audit_ref: str, source: Path, parent: str | None = None
+) -> tuple[AuditState, str]:
+    """Commit ``source`` with parent Ĥ in a control run, evaluate it on the search cases
+    with the audit's attempts, and decompose. Returns the new state and the diff."""
+    state = read_audit(ctx.log, audit_ref)
+    if state.gate is None or state.scale is None:
+        raise UsageError(
+            f"audit {state.audit_id} has no significant gate and scale yet",
+            hint="run 'holedger audit hda' first",
+        )
+    run_id = state.opened.run_id
+    run = read_run(run_id, ctx.ledger.records(run_id))
+    hhat = _nominee(run)
+    if parent is not None and not hhat.startswith(parent.lower()):
+        raise UsageError(
+            f"the neutralized commit's parent must be H^ ({hhat[:12]}), not {parent}",
+            hint="neutralize the nominated candidate",
+        )
+    if state.neutral is not None:
+        raise UsageError(f"audit {state.audit_id} has a neutralized commit already")
+    if not source.is_dir():
+        raise UsageError(f"--from {source}: not a folder")
+    server = ctx.server(run)
+    task, backend = _loaded_task(ctx, run_id)
+    cases = compute.search_set(run, hhat)
+    attempts = int(state.gate.sources.get("attempts", "1"))
+    control = ControlRun(
+        ctx.settings,
+        ctx.ledger,
+        task,
+        audit_id=state.audit_id,
+        run_id=run_id,
+        backend=backend,
+        gateway=ctx.gateway,
+    )
+    items: list[Item] = []
+    try:
+        control.commit_chain(ctx.settings.run_repo(run_id), run, hhat)
+        committed = control.commit_files(source, hhat)
+        if committed.parent != hhat:
+            raise UsageError(f"the neutralized commit's parent is {committed.parent}, not H^")
+        repo = CandidateRepo(ctx.settings.run_repo(control.run_id))
+        diff = unified_diff(repo, hhat, committed.candidate)
+        digest = ctx.ledger.put_blob(diff.encode())
+        items.append(
+            (
+                "NeutralCommitted",
+                NeutralCommitted(
+                    commit=committed.candidate,
+                    parent=hhat,
+                    control_run_id=control.run_id,
+                    changed_paths=list(committed.changed_paths),
+                    diff_digest=digest,
+                ),
+                "auditor",
+            )
+        )
+        made, got = _evaluate_all(control, "Hneutral", committed.candidate, cases, attempts)
+        items += [("ControlEvaluated", s, "server") for s in made]
+    finally:
+        control.close()
+    all_cases = [c for ids in cases.values() for c in ids]
+    gate = _gate_of(state)
+    s_neutral = compute.s_of(got, all_cases)
+    s_scaled = Fraction(str(state.scale.s_scaled))
+    items.append(
+        ("Decomposed", _decomposed(run, gate, s_scaled, s_neutral, cases, task), "auditor")
+    )
+    return _append(ctx, state, items, server), diff
+
+
+def _gate_of(state: AuditState) -> stats.GateResult:
+    assert state.gate is not None
+    g = state.gate.gate
+    return stats.GateResult(
+        cases=tuple(g["cases"]),
+        s_candidate=Fraction(g["s_candidate"]),
+        s_base=Fraction(g["s_base"]),
+        delta=Fraction(g["delta"]),
+        resamples=int(g["resamples"]),
+        seed=int(g["seed"]),
+        alpha=Fraction(g["alpha"]),
+        low=Fraction(g["interval"][0]),
+        high=Fraction(g["interval"][1]),
+        p_value=Fraction(g["p_value"]),
+        significant=bool(g["significant"]),
+    )
+
+
+def not_found_audit(audit: str) -> NotFoundError:
+    return NotFoundError(f"no audit {audit}", hint="see 'holedger audit list'")

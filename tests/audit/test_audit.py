@@ -1,0 +1,366 @@
+"""End to end: an audit of a run whose nominee hard-codes dev and val answers, through
+the command line; then the attacks on it, each failing verification by name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from ledger.attacker import Attacker, resign_run
+
+from holedger.audit.events import AUDIT_EVENT_TYPES
+from holedger.audit.hda import open_audit, read_audit, run_hda
+from holedger.audit.log import AuditLog, audit_origin, parse_audit_record, sign_audit_event
+from holedger.audit.verify import verify_audit
+from holedger.cli import cli
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.merkle import MerkleFrontier
+from holedger.ledger.note import checkpoint_body, sign_note
+from holedger.ledger.store import Ledger
+from holedger.schemas.types import ZERO_HASH
+
+from .conftest import AuditedRun
+
+
+def run_cli(audited: AuditedRun, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--home", str(audited.settings.home), *args])
+
+
+def one_line_error(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    text = (result.stderr or result.output).strip()
+    assert "Traceback" not in text
+    return text.splitlines()[0]
+
+
+@pytest.fixture(scope="module")
+def finished(audited: AuditedRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The whole protocol through the CLI: open, hda, show, neutralize, verify."""
+    key = str(audited.auditor_path)
+    opened = run_cli(audited, "audit", "open", audited.run_id, "--key", key, "--json")
+    assert opened.exit_code == 0, opened.output
+    audit_id = json.loads(opened.output)["audit_id"]
+    hda = run_cli(audited, "audit", "hda", audit_id, "--key", key, "--resamples", "2000", "--json")
+    assert hda.exit_code == 0, hda.output
+    neutral = tmp_path_factory.mktemp("neutral") / "tree"
+    shutil.copytree(audited.task_dir / "seed", neutral)
+    done = run_cli(audited, "audit", "neutralize", audit_id, "--from", str(neutral), "--key", key)
+    assert done.exit_code == 0, done.output
+    verified = run_cli(audited, "audit", "verify", audit_id, "--json")
+    shown = run_cli(audited, "audit", "show", audit_id, "--json")
+    return {
+        "audit_id": audit_id,
+        "hda": json.loads(hda.output),
+        "neutralize": done.output,
+        "verify": verified,
+        "show": json.loads(shown.output),
+        "show_text": run_cli(audited, "audit", "show", audit_id).output,
+    }
+
+
+def test_the_gain_is_significant_and_the_lookup_table_is_found(finished: dict[str, Any]) -> None:
+    hda = finished["hda"]
+    # 14 search cases (6 dev, 8 val); the table answers the 5 "hard" ones the seed misses.
+    assert hda["gate"]["delta"] == "5/14" and hda["gate"]["significant"]
+    assert hda["gate"]["resamples"] == 2000 and hda["gate"]["seed"] == 0
+    assert hda["status"] == "pending_neutral"
+    [finding] = hda["findings"]
+    assert finding["category"] == "lookup_table" and finding["source"] == "detector"
+    assert finding["evidence"]["case_ids"] == ["dev-0", "dev-3", "val-0", "val-3", "val-6"]
+    assert finding["evidence"]["locations"][0] == "harness/__main__.py:3"
+    # no model in this task: k cannot be matched on calls or tokens, and says so
+    assert hda["scale"]["k"] == 1 and hda["scale"]["basis"] == "none"
+
+
+def test_neutralizing_removes_the_shortcut_and_o_is_the_whole_gain(
+    finished: dict[str, Any], audited: AuditedRun
+) -> None:
+    assert "-KNOWN = {" in finished["neutralize"]
+    show = finished["show"]
+    assert show["status"] == "decomposed"
+    assert show["neutral"]["parent"] == audited.nominee
+    d = show["decomposition"]
+    assert (d["delta"], d["O"], d["T"], d["G"]) == ("5/14", "5/14", "0", "0")
+    assert d["shares"] == {"o": "1", "t": "0", "g": "0"}
+    assert d["identity_holds"] and d["O_bound"] == "lower" and d["G_bound"] == "upper"
+    assert "B2.k" in show["readings"]
+    assert "O 5/14 (lower bound)" in finished["show_text"]
+    assert "readings (not stated by the method" in finished["show_text"]
+
+
+def test_the_audit_verifies(finished: dict[str, Any]) -> None:
+    result = finished["verify"]
+    report = json.loads(result.output)
+    assert result.exit_code == 0, report["failures"]
+    assert report["verified"] and report["failed_checks"] == []
+    names = {c["name"] for c in report["checks"]}
+    assert {"gate", "scale", "findings", "neutral", "decomposition", "controls_signed"} <= names
+
+
+def test_control_evaluations_are_a_run_naming_the_audit_and_not_the_optimizers(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
+    [*controls] = state.controls
+    assert {c.harness for c in controls} == {"Hneutral"}
+    for c in controls:
+        opened = ledger.run_terms(c.control_run_id)
+        assert opened.optimizer == f"hda-control audit={state.audit_id} run={audited.run_id}"
+    # the audited run's log did not change: still bound to its last checkpoint
+    assert ledger.last_record(audited.run_id).seq == state.opened.run_checkpoint.size
+
+
+# ------------------------------------------------------------------ attacks
+
+
+def resign_audit(
+    records: list[bytes], keys: dict[str, SigningKey], edit: Any = None
+) -> list[bytes]:
+    """Rewrite an audit stream as a holder of its keys could: payloads edited, every event
+    re-signed, re-chained, checkpoints recomputed."""
+    out, prev, frontier = [], ZERO_HASH, MerkleFrontier()
+    for raw in records:
+        rec = parse_audit_record(raw)
+        payload = dict(rec.payload)
+        if edit is not None:
+            payload = edit(rec.type, payload)
+        audit_id = rec.envelope["audit_id"]
+        if rec.type == "Checkpoint":
+            root = frontier.root()
+            body = checkpoint_body(audit_origin(audit_id), frontier.size, root)
+            payload = {
+                "size": frontier.size,
+                "root": root.hex(),
+                "note": sign_note(body, keys["auditor"]),
+            }
+        assert rec.type in AUDIT_EVENT_TYPES
+        forged = sign_audit_event(
+            keys[rec.role],
+            audit_id=audit_id,
+            seq=rec.seq,
+            event_type=rec.type,
+            role=rec.role,  # type: ignore[arg-type]
+            prev_hash=prev,
+            payload=payload,
+        )
+        out.append(forged.raw)
+        prev = hashlib.sha256(forged.signed).hexdigest()
+        frontier.append(forged.leaf_hash)
+    return out
+
+
+@pytest.fixture
+def copy_of(finished: dict[str, Any], ledger: Ledger, audited: AuditedRun):  # type: ignore[no-untyped-def]
+    """A fresh copy of the finished audit under a new id, to attack."""
+    log = AuditLog(ledger.app.engine)
+
+    def make(edit: Any = None, keys: dict[str, SigningKey] | None = None) -> str:
+        new_id = log.new_id()
+        raws = [r.raw for r in log.records(finished["audit_id"])]
+        retarget = [raw.replace(finished["audit_id"].encode(), new_id.encode()) for raw in raws]
+        signing = keys or {
+            "auditor": SigningKey.load(audited.auditor_path),
+            "server": SigningKey.load(audited.settings.key_path),
+        }
+        log.write_raw(new_id, resign_audit(retarget, signing, edit))
+        return new_id
+
+    return make
+
+
+def failed(audited: AuditedRun, ledger: Ledger, audit_id: str) -> list[str]:
+    report = verify_audit(audited.settings, ledger, AuditLog(ledger.app.engine), audit_id)
+    return report.failed_checks()
+
+
+def test_an_untouched_copy_verifies(copy_of: Any, audited: AuditedRun, ledger: Ledger) -> None:
+    # the copy's controls name the original audit: only that binding of the controls fails
+    assert failed(audited, ledger, copy_of()) == ["controls_signed"]
+
+
+def test_a_forged_share_fails_decomposition(
+    copy_of: Any, audited: AuditedRun, ledger: Ledger
+) -> None:
+    def forge(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "Decomposed" and payload["decomposition"]:
+            d = dict(payload["decomposition"])
+            d["shares"] = {"o": "1/5", "t": "0", "g": "4/5"}
+            payload = {**payload, "decomposition": d}
+        return payload
+
+    assert "decomposition" in failed(audited, ledger, copy_of(forge))
+
+
+def test_an_audit_bound_to_another_run_fails_binding(
+    copy_of: Any, audited: AuditedRun, ledger: Ledger
+) -> None:
+    # the seed-baseline run of the same task and server: closed, but not the audited run
+    other = next(r for r in ledger.run_ids() if ledger.run_terms(r).optimizer == "seed-baseline")
+    assert other is not None
+
+    def rebind(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "AuditOpened":
+            payload = {**payload, "run_id": other}
+        return payload
+
+    assert "audit_binding" in failed(audited, ledger, copy_of(rebind))
+
+
+def test_a_checkpoint_the_run_does_not_have_fails_binding(
+    copy_of: Any, audited: AuditedRun, ledger: Ledger
+) -> None:
+    def shift(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "AuditOpened":
+            cp = payload["run_checkpoint"]
+            payload = {**payload, "run_checkpoint": {"size": cp["size"] + 1, "root": cp["root"]}}
+        return payload
+
+    assert "audit_binding" in failed(audited, ledger, copy_of(shift))
+
+
+def test_a_control_evaluation_the_optimizer_was_shown_fails(
+    copy_of: Any, audited: AuditedRun, ledger: Ledger
+) -> None:
+    run_request = next(
+        r.payload["request_id"]
+        for r in ledger.records(audited.run_id)
+        if r.type == "DisclosureProjected"
+    )
+
+    def shown(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "ControlEvaluated":
+            payload = {**payload, "request_id": run_request, "control_run_id": audited.run_id}
+        return payload
+
+    checks = failed(audited, ledger, copy_of(shown))
+    assert "controls_undisclosed" in checks
+
+
+def test_a_control_evaluation_signed_by_the_auditor_fails_integrity(
+    copy_of: Any, audited: AuditedRun, ledger: Ledger
+) -> None:
+    auditor = SigningKey.load(audited.auditor_path)
+    assert "audit_integrity" in failed(
+        audited, ledger, copy_of(keys={"auditor": auditor, "server": auditor})
+    )
+
+
+def test_a_resigned_control_score_fails_controls_signed(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
+    control_run = state.controls[0].control_run_id
+    attacker = Attacker(audited.settings.ledger_url)
+    rows = attacker.rows(control_run)
+    original = [r.state for r in rows]
+    flipped = {"done": False}
+
+    def lower(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "TrialCompleted" and payload["score"] == "1" and not flipped["done"]:
+            flipped["done"] = True
+            payload = {**payload, "score": "0"}
+        return payload
+
+    forged = resign_run(rows, SigningKey.load(audited.settings.key_path), edit=lower)
+    try:
+        for row, raw in zip(rows, forged, strict=True):
+            attacker.set_state(control_run, row.version, raw)
+        assert "controls_signed" in failed(audited, ledger, finished["audit_id"])
+    finally:
+        for row, raw in zip(rows, original, strict=True):
+            attacker.set_state(control_run, row.version, raw)
+        attacker.close()
+    assert failed(audited, ledger, finished["audit_id"]) == []
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_auditing_an_open_run_is_a_one_line_error(audited: AuditedRun, ledger: Ledger) -> None:
+    from holedger.server.service import RunService
+    from holedger.server.taskview import load_server_task
+
+    svc = RunService(
+        audited.settings,
+        ledger,
+        gateway=None,
+        task_loader=load_server_task,
+        default_backend="process",
+    )
+    try:
+        open_run = svc.open_run(str(audited.task_dir), optimizer="still-searching").run_id
+    finally:
+        svc.close()
+    result = run_cli(audited, "audit", "open", open_run, "--key", str(audited.auditor_path))
+    assert "is open" in one_line_error(result)
+
+
+def test_the_run_server_key_as_auditor_key_is_refused(audited: AuditedRun) -> None:
+    result = run_cli(
+        audited, "audit", "open", audited.run_id, "--key", str(audited.settings.key_path)
+    )
+    assert "is the server key" in one_line_error(result)
+
+
+def test_an_unknown_run_is_a_one_line_error(audited: AuditedRun) -> None:
+    result = run_cli(audited, "audit", "open", "ffffffff", "--key", str(audited.auditor_path))
+    assert result.exit_code == 2 and "no run" in (result.stderr or result.output)
+
+
+def test_a_neutralized_commit_whose_parent_is_not_hhat_is_refused(
+    finished: dict[str, Any], audited: AuditedRun, tmp_path: Path
+) -> None:
+    result = run_cli(
+        audited,
+        "audit",
+        "neutralize",
+        finished["audit_id"],
+        "--from",
+        str(tmp_path),
+        "--parent",
+        audited.seed,
+        "--key",
+        str(audited.auditor_path),
+    )
+    assert "parent" in one_line_error(result)
+
+
+def test_a_manual_finding_is_signed_and_shown(audited: AuditedRun, ledger: Ledger) -> None:
+    ctx = audited.context(ledger)
+    audit_id = open_audit(ctx, audited.run_id)
+    result = run_cli(
+        audited,
+        "audit",
+        "finding",
+        "add",
+        audit_id,
+        "--category",
+        "benchmark_threshold",
+        "--evidence",
+        "harness/__main__.py:7 fits dev",
+        "--key",
+        str(audited.auditor_path),
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    [finding] = json.loads(result.output)["findings"]
+    assert finding["source"] == "manual" and finding["category"] == "benchmark_threshold"
+    bad = run_cli(
+        audited,
+        "audit",
+        "finding",
+        "add",
+        audit_id,
+        "--category",
+        "vibes",
+        "--evidence",
+        "x",
+        "--key",
+        str(audited.auditor_path),
+    )
+    assert "unknown finding category" in one_line_error(bad)
