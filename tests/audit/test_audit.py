@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from ledger.attacker import Attacker, resign_run
 
 from holedger.audit.events import AUDIT_EVENT_TYPES
-from holedger.audit.hda import open_audit, read_audit, run_hda
+from holedger.audit.hda import open_audit, read_audit
 from holedger.audit.log import AuditLog, audit_origin, parse_audit_record, sign_audit_event
 from holedger.audit.verify import verify_audit
 from holedger.cli import cli
