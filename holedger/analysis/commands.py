@@ -269,4 +269,6 @@ def capabilities_cmd(
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    from holedger.analysis import grid_commands, run_commands  # noqa: F401  (subcommands)
+
     cli.add_command(analysis_group)

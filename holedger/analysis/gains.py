@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -160,6 +160,11 @@ def gain_of(
     )
 
 
+# Reads a run's records into its gain: (run id, records, ids of aborted runs) -> gain;
+# a richer reader than gain_of returns a subclass of RunGain.
+Extract = Callable[[str, Iterable[Record], "list[str] | None"], "RunGain | None"]
+
+
 def collect(
     ledger: Ledger,
     *,
@@ -169,6 +174,7 @@ def collect(
     excluded: list[str] | None = None,
     trusted_keys: Sequence[PublicKey] = (),
     aborted: list[str] | None = None,
+    extract: Extract = gain_of,
 ) -> list[RunGain]:
     """Every scored run's gain, optionally only runs that replay verifies (with
     ``trusted_keys`` pinned, if given; the ids of the scored runs that do not verify are
@@ -188,7 +194,7 @@ def collect(
             aborted.append(info.run_id)
         if info.state != "closed":
             continue
-        gain = run_gain(ledger, info.run_id)
+        gain = extract(info.run_id, ledger.records(info.run_id), None)
         if gain is None:
             continue
 
@@ -213,6 +219,7 @@ def collect_bundles(
     trusted_keys: Sequence[PublicKey] = (),
     no_baseline: list[str] | None = None,
     aborted: list[str] | None = None,
+    extract: Extract = gain_of,
 ) -> list[RunGain]:
     """As :func:`collect`, from run bundles (``holedger export``) instead of a ledger.
 
@@ -222,6 +229,7 @@ def collect_bundles(
     must be among ``paths`` (as ``verify --baseline``): a run whose E(H0) cannot be
     checked is left out, its id appended to ``no_baseline`` (and not to ``excluded``).
     """
+    from holedger.errors import BundleError
     from holedger.ledger.records import parse_record
     from holedger.replay.baseline import BundleBaselines
     from holedger.replay.bundle import open_bundle, verify_bundle
@@ -229,10 +237,13 @@ def collect_bundles(
     by_run: dict[str, list[str]] = {}  # every bundle of a run, in the order given
     scored: dict[str, list[tuple[str, RunGain]]] = {}  # those that hold its score
     for path in paths:
-        with open_bundle(path) as bundle:
-            run_id = bundle.run_id
-            cut: list[str] = []
-            gain = gain_of(run_id, (parse_record(raw) for raw in bundle.records()), cut)
+        cut: list[str] = []
+        try:
+            with open_bundle(path) as bundle:
+                run_id = bundle.run_id
+                gain = extract(run_id, (parse_record(raw) for raw in bundle.records()), cut)
+        except BundleError as exc:  # name the file: many are given
+            raise BundleError(f"{path}: {exc}", hint=exc.hint) from None
         if cut and aborted is not None and run_id not in aborted:
             aborted.append(run_id)
         by_run.setdefault(run_id, []).append(path)
@@ -274,7 +285,7 @@ def collect_bundles(
                 verify_bundle(candidate, trusted_keys=trusted_keys, baseline=base).verified
                 for base in baselines
             ):
-                gains.append(RunGain(**{**own.__dict__, "verified": True}))
+                gains.append(replace(own, verified=True))
                 break
         else:
             if excluded is not None:
@@ -298,7 +309,7 @@ def _kept(
         if excluded is not None:
             excluded.append(gain.run_id)
         return None
-    return RunGain(**{**gain.__dict__, "verified": True})
+    return replace(gain, verified=True)
 
 
 def summarize(gains: Iterable[RunGain]) -> list[GroupSummary]:

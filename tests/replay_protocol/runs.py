@@ -28,6 +28,7 @@ from holedger.schemas.events import (
     DisclosurePolicy,
     DisclosureProjected,
     EvaluationRequested,
+    OptimizerDescriptor,
     RunScored,
     SeedBaseline,
     TaskTerms,
@@ -110,6 +111,7 @@ class RunWriter:
         *,
         task_digest: str = TASK_DIGEST,
         optimizer: str = "test",
+        descriptor: OptimizerDescriptor | None = None,
     ) -> None:
         self.ledger = ledger
         self.terms = run_terms
@@ -118,6 +120,7 @@ class RunWriter:
             task_digest=task_digest,
             optimizer=optimizer,
             seed_baseline=SeedBaseline(e_h0=E_H0, k=K),
+            descriptor=descriptor,
         )
         self.used = rules.no_use()
         self.nominated = False

@@ -1,0 +1,184 @@
+"""Lever taxonomy and breadth (A12): every candidate diff classified into the eight
+harness levers by rules, per run the levers modified during search, the total number of
+edits beside it, and per task Spearman's rho(breadth, g).
+
+Classification (reading, not stated): each diff hunk (``difflib`` over lines, the
+candidate against its parent) is placed in the top-level symbol of the parent file it
+touches (a constant, function or class of a Python file; an insertion belongs to the
+symbol of the line before it). A task may declare rules in ``levers.toml`` beside its
+``task.toml``::
+
+    [[rule]]
+    lever = "retrieval"             # one of the eight
+    path = "harness/*.py"           # a glob over the candidate's paths
+    symbols = ["search"]            # the hunk's symbol is one of these (optional)
+    text = "corpus"                 # a changed line matches this regex (optional)
+
+A hunk takes the levers of every task rule it matches; a hunk no task rule matches is
+classified by the generic rules below (symbol names such as ``*PROMPT*``, ``MAX_STEPS``,
+``*RETR*``); a hunk matching neither is counted as unclassified. Breadth = the levers
+modified at least once / 8. The "examined" half of A12 needs the optimizer's read log,
+which these runs do not record; it is reported as not recorded.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import fnmatch
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from holedger.analysis.trees import Reader
+from holedger.errors import UsageError
+from holedger.tasks.edits import LEVERS
+
+READING = (
+    "A12: a hunk is classified by the top-level symbol it touches and the task's lever "
+    "rules, else by generic symbol-name rules (reading, not stated); breadth counts "
+    "levers modified (the examined half is not recorded)"
+)
+
+
+@dataclass(frozen=True)
+class LeverRule:
+    lever: str
+    path: str = "*"
+    symbols: tuple[str, ...] = ()  # exact names (task rules)
+    pattern: str | None = None  # a regex over the symbol name (generic rules)
+    text: str | None = None  # a regex over the changed lines
+
+    def matches(self, path: str, symbol: str | None, changed: Sequence[str]) -> bool:
+        if not fnmatch.fnmatchcase(path, self.path):
+            return False
+        if self.symbols and symbol not in self.symbols:
+            return False
+        if self.pattern is not None and (
+            symbol is None or not re.search(self.pattern, symbol, re.IGNORECASE)
+        ):
+            return False
+        if self.text is not None and not any(re.search(self.text, line) for line in changed):
+            return False
+        return True
+
+
+GENERIC_RULES = (
+    LeverRule("prompt", pattern=r"prompt|system|instruction(?!.*answer)"),
+    LeverRule("answer_extraction", pattern=r"answer|extract|parse|final"),
+    LeverRule("step_cap", pattern=r"max_(steps|turns|iter)|step_cap|turn_limit"),
+    LeverRule("retry_timeout", pattern=r"retr|timeout|backoff"),
+    LeverRule("tool_schema", pattern=r"^tools?$|tool_schema|functions"),
+    LeverRule("retrieval", pattern=r"search|retriev|fetch|lookup|top_k"),
+    LeverRule("reasoning_effort", pattern=r"reason|effort|think"),
+    LeverRule("context_management", pattern=r"context|history|truncat|tool_result|memory"),
+)
+
+
+def load_rules(task_root: Path | None) -> list[LeverRule]:
+    """The task's rules from ``levers.toml`` (none when it has no such file)."""
+    if task_root is None or not (task_root / "levers.toml").is_file():
+        return []
+    name = f"{task_root.name}/levers.toml"
+    try:
+        spec = tomllib.loads((task_root / "levers.toml").read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{name}: not valid TOML ({exc})") from None
+    rules = []
+    for i, raw in enumerate(spec.get("rule", []), start=1):
+        lever = raw.get("lever")
+        if lever not in LEVERS:
+            raise UsageError(f"{name} rule {i}: unknown lever {lever!r}", hint=", ".join(LEVERS))
+        rules.append(
+            LeverRule(
+                lever,
+                path=str(raw.get("path", "*")),
+                symbols=tuple(str(s) for s in raw.get("symbols", [])),
+                text=raw.get("text"),
+            )
+        )
+    return rules
+
+
+def _symbols(source: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, name) of each top-level definition, 1-based; [] when the
+    text is not Python."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        for name in names:
+            out.append((node.lineno, node.end_lineno or node.lineno, name))
+    return out
+
+
+@dataclass
+class Classified:
+    levers: set[str] = field(default_factory=set)
+    hunks: int = 0
+    unclassified: int = 0
+
+
+def classify_change(
+    path: str, old: str, new: str, rules: Sequence[LeverRule], into: Classified | None = None
+) -> Classified:
+    """Classify the hunks turning ``old`` into ``new`` (one file)."""
+    out = into or Classified()
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    symbols = _symbols(old) if old else _symbols(new)
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        out.hunks += 1
+        changed = old_lines[i1:i2] + new_lines[j1:j2]
+        if not old:
+            lines = range(j1 + 1, j2 + 1)
+        elif i1 == i2:
+            lines = range(max(i1, 1), max(i1, 1) + 1)  # an insertion: the line before it
+        else:
+            lines = range(i1 + 1, i2 + 1)
+        touched: list[str | None] = [
+            name for first, last, name in symbols if first <= max(lines) and last >= min(lines)
+        ]
+        if not touched:
+            touched = [None]
+        found: set[str] = set()
+        for symbol in touched:
+            task = {r.lever for r in rules if r.matches(path, symbol, changed)}
+            if not task:
+                task = {r.lever for r in GENERIC_RULES if r.matches(path, symbol, changed)}
+            found |= task
+        if found:
+            out.levers |= found
+        else:
+            out.unclassified += 1
+    return out
+
+
+def classify_candidate(
+    commit: str,
+    parent: str,
+    paths: Sequence[str],
+    read: Reader,
+    rules: Sequence[LeverRule],
+) -> Classified:
+    """The levers one candidate's diff against its parent modifies."""
+    out = Classified()
+    for path in paths:
+        before, after = read(parent, path), read(commit, path)
+        if before == after:
+            continue
+        classify_change(path, before or "", after or "", rules, out)
+    return out

@@ -1,0 +1,246 @@
+"""The analyses that read more of each run than its g: `holedger analysis budget`,
+`tokens`, `optimism`, `frontier`, `trace` and `bands`, and `holedger analysis report`
+(every analysis on one self-contained HTML page)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from holedger.analysis.commands import analysis_group
+from holedger.analysis.grid_commands import _f, _grid_sources, _show, load_source
+from holedger.output import console, emit_json, plain, table
+
+
+@analysis_group.command("budget")
+@_grid_sources
+@click.pass_context
+def budget_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """Budget use per run, medians, exhaustion by scope and task, and which component
+    binds first (A14)."""
+    from holedger.analysis.suite import budget_json
+
+    def render(data: dict[str, Any]) -> None:
+        rows = [
+            [
+                (r["run_id"] or "")[:8],
+                r["task"],
+                r["model"],
+                r["harness"],
+                _f(r["call_usage"], False),
+                _f(r["pass_usage"], False),
+                ",".join(r["exhausted_splits"]) or "-",
+                r["binds_first"],
+            ]
+            for r in data["runs"]
+        ]
+        heads = ["run", "task", "model", "harness", "calls", "passes", "exhausted", "binds first"]
+        console().print(table("budget use", heads, rows))
+        click.echo(
+            f"median call usage {_f(data['median_call_usage'], False)}, median case-pass "
+            f"usage {_f(data['median_pass_usage'], False)}; exhausted {data['exhausted']}"
+            f"/{len(data['runs'])}"
+        )
+        click.echo(f"exhausted by scope: {data['exhausted_by_scope']}")
+        click.echo(f"exhausted by task: {data['exhausted_by_task']}")
+        click.echo(f"binds first: {data['binds_first']}")
+
+    _show(ctx, budget_json, render)
+
+
+@analysis_group.command("tokens")
+@_grid_sources
+@click.pass_context
+def tokens_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """Target-model tokens (search and held-out) and optimizer tokens beside g (A15)."""
+    from holedger.analysis.suite import tokens_json
+
+    def render(data: dict[str, Any]) -> None:
+        rows = [
+            [
+                (r["run_id"] or "")[:8],
+                r["task"],
+                r["model"],
+                r["harness"],
+                _f(r["g"]),
+                r["target_tokens_search"],
+                r["target_tokens_heldout"],
+                r["optimizer_tokens"].get("total", 0),
+            ]
+            for r in data["runs"]
+        ]
+        heads = [
+            "run",
+            "task",
+            "model",
+            "harness",
+            "g",
+            "target search",
+            "target test",
+            "optimizer",
+        ]
+        console().print(table("tokens", heads, rows))
+        for task, rho in data["spearman_target_tokens_g"].items():
+            click.echo(
+                f"{task}: Spearman rho(target tokens, g) = {'-' if rho is None else f'{rho:+.3f}'}"
+            )
+
+    _show(ctx, tokens_json, render)
+
+
+@analysis_group.command("optimism")
+@_grid_sources
+@click.pass_context
+def optimism_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """Best val aggregate seen against held-out E(H+), runs below the identity (A16)."""
+    from holedger.analysis.suite import optimism_json
+
+    def render(data: dict[str, Any]) -> None:
+        rows = [
+            [
+                (r["run_id"] or "")[:8],
+                r["task"],
+                r["model"],
+                r["harness"],
+                _f(r["val_best"], False),
+                _f(r["heldout"], False),
+                _f(r["optimism"]),
+            ]
+            for r in data["runs"]
+        ]
+        heads = ["run", "task", "model", "harness", "best val", "E(H+) test", "optimism"]
+        console().print(table("val-best against held-out", heads, rows))
+        click.echo(
+            f"below the identity (test < best val): {data['below_identity']}/{data['of']}; "
+            f"mean optimism {_f(data['mean_optimism'])}"
+        )
+
+    _show(ctx, optimism_json, render)
+
+
+@analysis_group.command("frontier")
+@_grid_sources
+@click.pass_context
+def frontier_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """The Pareto frontier of optimizer tokens against g, per task (A17)."""
+    from holedger.analysis.suite import frontier_json
+
+    def render(data: dict[str, Any]) -> None:
+        for task, pts in data["tasks"].items():
+            rows = [
+                [
+                    p["run_id"][:8],
+                    p["model"],
+                    p["harness"],
+                    p["tokens"],
+                    _f(p["g"]),
+                    "frontier" if p["on_frontier"] else p["label"],
+                ]
+                for p in pts
+            ]
+            heads = ["run", "model", "harness", "optimizer tokens", "g", ""]
+            console().print(table(f"{task}: tokens against g", heads, rows))
+        if not data["tasks"]:
+            click.echo("no run has metered optimizer tokens")
+
+    _show(ctx, frontier_json, render)
+
+
+@analysis_group.command("bands")
+@_grid_sources
+@click.pass_context
+def bands_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """Per task: the resolution band, and the gains it cannot tell from 0 (|g| <= b) (A5)."""
+    from holedger.analysis.suite import bands_json
+
+    def render(data: dict[str, Any]) -> None:
+        rows = [
+            [
+                t["task"],
+                _f(t["band_parameter"], False),
+                "-" if t["band_from_rescorings"] is None else t["band_from_rescorings"],
+                t["observations"],
+                t["indistinguishable_from_zero"],
+                t["resolved_from_zero"],
+            ]
+            for t in data["tasks"]
+        ]
+        heads = ["task", "band", "from re-scorings", "g values", "|g| <= b", "|g| > b"]
+        console().print(table("resolution bands", heads, rows))
+        click.echo(data["rescorings_note"])
+
+    _show(ctx, bands_json, render)
+
+
+@analysis_group.command("levers")
+@_grid_sources
+@click.pass_context
+def levers_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """Levers each run's candidates modified, breadth, total edits, and per task
+    Spearman rho(breadth, g) (A12)."""
+    from holedger.analysis.suite import levers_json
+
+    def render(data: dict[str, Any]) -> None:
+        rows = [
+            [
+                (r["run_id"] or "")[:8],
+                r["task"],
+                r["model"],
+                r["harness"],
+                _f(r["g"]),
+                f"{r['breadth_modified']}/8",
+                r["edits"],
+                ", ".join(r["levers_modified"]) or "-",
+            ]
+            for r in data["runs"]
+        ]
+        heads = ["run", "task", "model", "harness", "g", "breadth", "edits", "levers modified"]
+        console().print(table("lever breadth", heads, rows, fold=("levers modified",)))
+        for task, rho in data["spearman_breadth_g"].items():
+            shown = "-" if rho is None else f"{rho:+.3f}"
+            click.echo(f"{task}: Spearman rho(breadth, g) = {shown}")
+        for item in data["trees_missing"]:
+            click.echo(f"no trees: {item['run'][:8]}: {item['why']}")
+        click.echo(data["examined_note"])
+
+    _show(ctx, levers_json, render)
+
+
+@analysis_group.command("trace")
+@_grid_sources
+@click.pass_context
+def trace_cmd(ctx: click.Context, /, **_: Any) -> None:
+    """Trace-reading share and deep-fetch counts (A13), where the logs record reads."""
+    from holedger.analysis.suite import trace_json
+
+    _show(ctx, trace_json, lambda data: None)
+
+
+@analysis_group.command("report")
+@_grid_sources
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the page.",
+)
+@click.pass_context
+def report_cmd(ctx: click.Context, /, output: Path, **_: Any) -> None:
+    """Every analysis on one self-contained HTML page (inline SVG and CSS, no script)."""
+    from holedger.analysis.report import render_report
+
+    p = ctx.params
+    source = load_source(
+        ctx, p["task_id"], p["bundles"], p["table_path"], p["bands"], p["verify"], p["trusted"]
+    )
+    sections = render_report(source, output)
+    if p["as_json"]:
+        emit_json({**source.header_json(), "report": str(output), "sections": sections})
+        return
+    if source.first_line:
+        click.echo(source.first_line)
+    console().print(plain(f"report written to {output} ({len(sections)} sections)"), soft_wrap=True)

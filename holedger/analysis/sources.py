@@ -1,0 +1,311 @@
+"""Where the grid's observations come from: the home's ledger (or --ledger URL), run
+bundles (verified by default), or a published results table (nothing verified).
+
+A run enters the grid only with its signed optimizer descriptor; its keys (model,
+harness, scope, family, release, replicate) never come from file names. Runs left out
+are named with the reason: not verified, aborted, never scored, still open, no
+descriptor, baseline of another run not given.
+
+The table (``--table CSV``) has one row per optimizer model and harness: columns
+``model``, ``harness`` (required), ``scope`` (native|common, default common),
+``family`` and ``release`` (optional), and one column of g per task (a decimal or a
+fraction p/q; an empty cell is a missing cell). A task column must name a task holedger
+knows (its band is the task's) or be given a band with ``--band TASK=B``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from holedger.analysis.facts import RunFacts, facts_of
+from holedger.analysis.grid import Observation
+from holedger.errors import UsageError
+from holedger.ledger.keys import PublicKey
+
+UNVERIFIED = "UNVERIFIED: read from a published table; nothing in it is verified"
+TABLE_FIELDS = ("model", "harness", "scope", "family", "release")
+
+
+@dataclass
+class Source:
+    """The observations of one input, the facts of each run, and what was left out."""
+
+    origin: str  # "ledger", "bundles" or "table"
+    observations: list[Observation] = field(default_factory=list)
+    facts: dict[str, RunFacts] = field(default_factory=dict)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (run or row, why)
+    verified: bool | None = None  # None: a table, nothing verified
+    note: str = ""
+    bundle_paths: list[str] = field(default_factory=list)  # where candidates' trees are
+    runs_dir: Path | None = None  # the home's candidate repositories
+
+    def readers(self) -> dict[str, Any]:
+        """run id -> a reader of its candidates' files (runs whose trees are at hand)."""
+        from holedger.analysis.trees import bundle_reader, repo_reader
+
+        out: dict[str, Any] = {}
+        if self.runs_dir is not None:
+            for run_id in self.facts:
+                reader = repo_reader(self.runs_dir / f"{run_id}.git")
+                if reader is not None:
+                    out[run_id] = reader
+        if self.bundle_paths:
+            from holedger.replay.bundle import open_bundle
+
+            for path in self.bundle_paths:
+                bundle = open_bundle(path)  # kept open while the readers live
+                if bundle.run_id in self.facts and bundle.run_id not in out:
+                    out[bundle.run_id] = bundle_reader(bundle)
+                else:
+                    bundle.close()
+        return out
+
+    @property
+    def first_line(self) -> str | None:
+        return UNVERIFIED if self.origin == "table" else None
+
+    def header_json(self) -> dict[str, Any]:
+        return {
+            "source": self.origin,
+            "verified": self.verified,
+            "unverified_notice": self.first_line,
+            "runs_left_out": [{"run": r, "why": why} for r, why in self.left_out],
+            "note": self.note,
+        }
+
+
+def observation_of(facts: RunFacts) -> Observation | None:
+    d = facts.descriptor
+    if d is None:
+        return None
+    return Observation(
+        task=facts.task_id,
+        model=d.model,
+        harness=d.harness,
+        scope=d.harness_scope,
+        g=facts.g,
+        band=facts.band,
+        run_id=facts.run_id,
+        replicate=d.replicate,
+        family=d.family,
+        release=d.release,
+        e_h_plus=facts.e_h_plus,
+        e_h0=facts.e_h0,
+    )
+
+
+def _extractor(left_out: list[tuple[str, str]]) -> Any:
+    def extract(run_id: str, records: Any, aborted: list[str] | None = None) -> RunFacts | None:
+        got = facts_of(run_id, records)
+        if isinstance(got, str):
+            left_out.append((run_id, got))
+            if got.startswith("aborted") and aborted is not None:
+                aborted.append(run_id)
+            return None
+        return got
+
+    return extract
+
+
+def from_runs(
+    *,
+    ledger_url: str | None = None,
+    runs_dir: Path | None = None,
+    bundles: Sequence[str] = (),
+    task_id: str | None = None,
+    verify: bool,
+    trusted_keys: Sequence[PublicKey] = (),
+) -> Source:
+    """Read every run of the ledger (or the bundles) into a Source."""
+    from holedger.analysis.gains import collect, collect_bundles
+    from holedger.server.rules import BASELINE_OPTIMIZER
+
+    left: list[tuple[str, str]] = []
+    excluded: list[str] = []
+    no_baseline: list[str] = []
+    extract = _extractor(left)
+    if bundles:
+        origin = "bundles"
+        gains = collect_bundles(
+            list(bundles),
+            task_id=task_id,
+            verify=verify,
+            excluded=excluded,
+            trusted_keys=trusted_keys,
+            no_baseline=no_baseline,
+            extract=extract,
+        )
+    else:
+        from holedger.ledger.store import Ledger
+
+        origin = "ledger"
+        assert ledger_url is not None
+        ledger = Ledger.open(ledger_url, None, create_tables=False)
+        try:
+            for info in ledger.runs():
+                if info.state != "closed" and (not task_id or info.task_id == task_id):
+                    if info.optimizer != BASELINE_OPTIMIZER:
+                        why = "aborted" if info.state == "aborted" else f"not closed ({info.state})"
+                        left.append((info.run_id, why))
+            gains = collect(
+                ledger,
+                task_id=task_id,
+                verify=verify,
+                excluded=excluded,
+                trusted_keys=trusted_keys,
+                extract=extract,
+            )
+        finally:
+            ledger.close()
+    see = "holedger verify BUNDLE" if bundles else "holedger replay RUN"
+    left += [(r, f"replay does not verify it (see '{see}')") for r in excluded]
+    left += [
+        (r, "the bundle of the seed-baseline run its E(H0) is pinned to was not given")
+        for r in no_baseline
+    ]
+    source = Source(origin, verified=verify, bundle_paths=list(bundles), runs_dir=runs_dir)
+    for gain in gains:
+        assert isinstance(gain, RunFacts)
+        obs = observation_of(gain)
+        if obs is None:
+            left.append(
+                (
+                    gain.run_id,
+                    f"no optimizer descriptor (opened with the label {gain.optimizer!r} only)",
+                )
+            )
+            continue
+        source.facts[gain.run_id] = gain
+        source.observations.append(obs)
+    source.left_out = sorted(left)
+    source.note = (
+        "every run counted verifies"
+        if verify
+        else "not replayed: --verify counts only runs that verify"
+    )
+    return source
+
+
+def parse_bands(values: Sequence[str]) -> dict[str, Fraction]:
+    """``--band TASK=B`` options."""
+    bands: dict[str, Fraction] = {}
+    for value in values:
+        task, sep, text = value.partition("=")
+        try:
+            band = Fraction(text.strip())
+        except (ValueError, ZeroDivisionError):
+            band = Fraction(-1)
+        if not sep or not task or band < 0:
+            raise UsageError(
+                f"--band {value!r} is not TASK=B with B a non-negative number",
+                hint="e.g. --band officeqa=0.045",
+            )
+        bands[task.strip()] = band
+    return bands
+
+
+def known_task_root(task: str) -> Path | None:
+    """The folder of a task holedger knows, else None."""
+    from holedger.tasks import load_task
+
+    try:
+        return Path(load_task(task).root)
+    except Exception:  # any failure to load: the task is not one holedger knows
+        return None
+
+
+def known_task_band(task: str) -> Fraction | None:
+    """The band of a task holedger knows (bundled or installed), else None."""
+    from holedger.tasks import load_task
+
+    try:
+        return load_task(task).terms().resolution_band
+    except Exception:  # any failure to load: the task is not one holedger knows
+        return None
+
+
+def from_table(path: str, bands: dict[str, Fraction]) -> Source:
+    """Read a results table; a UsageError naming the row and column for bad input."""
+    name = Path(path).name
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"table {name}: cannot be read as CSV ({exc})") from None
+    if not rows:
+        raise UsageError(f"table {name}: empty", hint="the first row names the columns")
+    header = [h.strip() for h in rows[0]]
+    for required in ("model", "harness"):
+        if required not in header:
+            raise UsageError(
+                f"table {name}: missing column {required!r}",
+                hint="columns: model, harness, [scope, family, release,] one per task",
+            )
+    tasks = [h for h in header if h not in TABLE_FIELDS]
+    if not tasks:
+        raise UsageError(f"table {name}: no task column", hint="add one column of g per task")
+    if len(set(header)) != len(header):
+        raise UsageError(f"table {name}: a column name appears twice")
+    task_band: dict[str, Fraction] = {}
+    for col, task in enumerate(header, start=1):
+        if task not in tasks:
+            continue
+        band = bands.get(task)
+        if band is None:
+            band = known_task_band(task)
+        if band is None:
+            raise UsageError(
+                f"table {name}: column {col} names an unknown task {task!r}",
+                hint=f"give its resolution band with --band {task}=B",
+            )
+        task_band[task] = band
+    source = Source("table", verified=None, note=UNVERIFIED)
+    seen: dict[tuple[str, str], int] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise UsageError(
+                f"table {name} row {line}: {len(row)} fields, the header has {len(header)}"
+            )
+        cells = dict(zip(header, (c.strip() for c in row), strict=True))
+        model, harness = cells["model"], cells["harness"]
+        if not model or not harness:
+            raise UsageError(f"table {name} row {line}: empty model or harness")
+        if (model, harness) in seen:
+            raise UsageError(
+                f"table {name} row {line}: duplicate row for model {model!r} and harness "
+                f"{harness!r} (first at row {seen[model, harness]})"
+            )
+        seen[model, harness] = line
+        scope = cells.get("scope") or "common"
+        if scope not in ("native", "common"):
+            raise UsageError(f"table {name} row {line}: scope {scope!r} is not native or common")
+        for task in tasks:
+            text = cells[task]
+            if not text:
+                continue
+            try:
+                g = Fraction(text)
+            except (ValueError, ZeroDivisionError):
+                raise UsageError(
+                    f"table {name} row {line}, column {task!r}: {text!r} is not a number"
+                ) from None
+            source.observations.append(
+                Observation(
+                    task=task,
+                    model=model,
+                    harness=harness,
+                    scope=scope,
+                    g=g,
+                    band=task_band[task],
+                    family=cells.get("family") or None,
+                    release=cells.get("release") or None,
+                )
+            )
+    return source
