@@ -13,6 +13,7 @@ from fractions import Fraction
 
 from holedger.analysis.gains import RunGain, gain_of
 from holedger.ledger.records import Record
+from holedger.protocol.rules import add_use, no_use
 from holedger.schemas.events import (
     CandidateCommitted,
     DisclosureProjected,
@@ -22,7 +23,6 @@ from holedger.schemas.events import (
     RunClosed,
     RunOpened,
 )
-from holedger.server.rules import add_use, no_use
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def from_runs(
 ) -> Source:
     """Read every run of the ledger (or the bundles) into a Source."""
     from holedger.analysis.gains import collect, collect_bundles
-    from holedger.server.rules import BASELINE_OPTIMIZER
+    from holedger.protocol.rules import BASELINE_OPTIMIZER
 
     left: list[tuple[str, str]] = []
     excluded: list[str] = []
