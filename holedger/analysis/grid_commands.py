@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from holedger.analysis.commands import analysis_group
-from holedger.analysis.sources import Source
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, plain, settings, table
+
+if TYPE_CHECKING:
+    from holedger.analysis.sources import Source
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
