@@ -361,5 +361,71 @@ def _print(state: Any, as_json: bool) -> None:
     )
 
 
+@click.command("hda")
+@click.option(
+    "--verify",
+    "verify",
+    is_flag=True,
+    help="Verify each audit first and leave out, by name, those that fail.",
+)
+@json_option
+@click.pass_context
+def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
+    """Harness-Delta Attribution across the audits of this ledger: mean shares o, t, g,
+    the settings with o + t above one half, the dominant term per task."""
+    from holedger.audit.across import setting_of, summarize
+    from holedger.audit.hda import read_audit
+    from holedger.audit.verify import verify_audit
+
+    left_out: list[dict[str, Any]] = []
+    with _context(ctx, None) as actx:
+        settings_ = []
+        for audit_id in actx.log.audit_ids():
+            state = read_audit(actx.log, audit_id)
+            if verify:
+                report = verify_audit(actx.settings, actx.ledger, actx.log, audit_id)
+                if not report.verified:
+                    left_out.append({"audit_id": audit_id, "failed": report.failed_checks()})
+                    continue
+            run_id = state.opened.run_id
+            task = "?"
+            if actx.ledger.has_run(run_id):
+                terms = actx.ledger.run_terms(run_id)
+                task = f"{terms.task_id}@{terms.task_digest[:12]}"
+            settings_.append(setting_of(state, task))
+    data = summarize(settings_)
+    data["left_out"] = left_out
+    if as_json:
+        emit_json(data)
+        return
+    out = console()
+    rows = [
+        [
+            s["audit_id"],
+            s["task"],
+            s["status"],
+            s["delta"] or "-",
+            *(s["shares"][t] if s["shares"] else "-" for t in ("o", "t", "g")),
+        ]
+        for s in data["settings"]
+    ]
+    out.print(table("audits", ["audit", "task", "status", "dS", "o", "t", "g"], rows))
+    means = data["mean_shares"]
+    if means:
+        out.print(
+            f"mean shares over {data['decomposed']} decomposed audits: "
+            f"o = {means['o']}, t = {means['t']}, g = {means['g']}"
+        )
+    out.print(f"o + t above one half: {data['o_plus_t_over_half']['count']}")
+    for task, d in data["dominant_term_per_task"].items():
+        out.print(f"dominant term on {task}: {d['term']} ({d['settings']} audits)")
+    for item in left_out:
+        out.print(f"left out {item['audit_id']}: fails {', '.join(item['failed'])}")
+    out.print("O is a lower bound, G an upper bound (not evidence of transfer)")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(audit_group)
+    analysis = cli.commands.get("analysis")
+    if isinstance(analysis, click.Group):
+        analysis.add_command(analysis_hda_cmd)

@@ -56,12 +56,19 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
     default=None,
     help="Sandbox backend (default: the strongest available).",
 )
+@click.option(
+    "--shortcuts",
+    is_flag=True,
+    help="Let the example optimizer also pick the task's overfitting shortcut (a lookup "
+    "table of dev answers), for an audit to find: 'holedger audit --help'.",
+)
 @descriptor_options
 @click.pass_context
 def demo_cmd(
     ctx: click.Context,
     as_json: bool,
     backend: str | None,
+    shortcuts: bool,
     opt_model: str | None,
     opt_family: str | None,
     opt_release: str | None,
@@ -83,7 +90,9 @@ def demo_cmd(
         opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
     )
     cfg = settings(ctx)
-    summary = run_demo(cfg, backend=backend, as_json=as_json, descriptor=descriptor)
+    summary = run_demo(
+        cfg, backend=backend, as_json=as_json, descriptor=descriptor, shortcuts=shortcuts
+    )
     if as_json:
         emit_json(summary.to_json())
     sys.exit(0 if summary.ok else 1)

@@ -245,6 +245,7 @@ def run_demo(
     task: str = DEMO_TASK,
     workers: int = 2,
     descriptor: OptimizerDescriptor | None = None,
+    shortcuts: bool = False,
 ) -> DemoSummary:
     """Run the whole demo; progress on stderr, the human summary on stdout (not with
     ``as_json``: then the caller prints ``to_json()``)."""
@@ -331,7 +332,8 @@ def run_demo(
             api_port, gw_port = free_ports(2)
             spec = SandboxSpec(
                 code_dir=opt_dir,
-                argv=["python3", "optimizer.py", "--edits", "edits", "--seed", "seed"],
+                argv=["python3", "optimizer.py", "--edits", "edits", "--seed", "seed"]
+                + (["--shortcuts"] if shortcuts else []),
                 env={
                     "HOLEDGER_API_URL": f"http://127.0.0.1:{api_port}/v1/runs/{run_id}",
                     "HOLEDGER_API_TOKEN": opened.optimizer_token,

@@ -122,14 +122,18 @@ class Edit:
         return out
 
 
-def load_edits(folder: Path) -> list[Edit]:
-    """``NN-name/edit.toml`` files: description, lever, [[replace]] {path, old, new}."""
+def load_edits(folder: Path, shortcuts: bool = False) -> list[Edit]:
+    """``NN-name/edit.toml`` files: description, lever, [[replace]] {path, old, new}.
+    An edit marked ``overfitting = true`` (a shortcut kept for audits to find) is left
+    out unless ``shortcuts``."""
     edits = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         spec_file = sub / "edit.toml"
         if not spec_file.is_file():
             continue
         spec = tomllib.loads(spec_file.read_text(encoding="utf-8"))
+        if spec.get("overfitting") is True and not shortcuts:
+            continue
         repl = [(b["path"], b["old"], b["new"]) for b in spec.get("replace", [])]
         files = {}
         files_dir = sub / "files"
@@ -287,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev-cases", type=int, default=6, help="dev cases per evaluation")
     parser.add_argument("--val-cases", type=int, default=12, help="val cases per evaluation")
     parser.add_argument("--finalists", type=int, default=2, help="candidates evaluated on val")
+    parser.add_argument(
+        "--shortcuts", action="store_true", help="also try edits marked overfitting = true"
+    )
     args = parser.parse_args(argv)
     token = os.environ.get("HOLEDGER_API_TOKEN", "")
     if not args.api or not token:
@@ -295,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     api = Api(args.api, token, sys.stdout)
     optimizer = Optimizer(
         api,
-        load_edits(args.edits),
+        load_edits(args.edits, args.shortcuts),
         read_tree(args.seed),
         dev_cases=args.dev_cases,
         val_cases=args.val_cases,
