@@ -66,7 +66,10 @@ def test_prepared_edits_apply_in_sequence_as_the_task_room_applies_them(
         pytest.skip("the bundled task has no prepared edits")
     from holedger.tasks.edits import load_edits
 
-    edits = opt.load_edits(TASK_ROOT / "edits")
+    edits = opt.load_edits(TASK_ROOT / "edits", shortcuts=True)
+    # the overfitting shortcut (for audits to find) is tried only when asked for
+    plain = [e.name for e in opt.load_edits(TASK_ROOT / "edits")]
+    assert plain == [e.name for e in edits if e.name != "10-known-dev-answers"]
     assert len(edits) >= 4
     assert len({e.lever for e in edits}) >= 4  # several levers
     tree = opt.read_tree(TASK_ROOT / "seed")
