@@ -11,12 +11,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from holedger.config import Settings
+from holedger.numbers import for_json
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -29,9 +31,10 @@ _json_written = False
 
 
 def emit_json(data: Any) -> None:
-    """One JSON document on stdout (scripts read it)."""
+    """One JSON document on stdout (scripts read it). Every Fraction in ``data`` is given
+    as a number and, beside it, its exact string (``holedger.numbers``)."""
     global _json_written
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    click.echo(json.dumps(for_json(data), indent=2, sort_keys=False, default=str))
     _json_written = True
 
 
@@ -86,29 +89,84 @@ def _columns_given() -> bool:
     return os.environ.get("COLUMNS", "").isdigit()
 
 
+class OutputTable:
+    """A table that lays itself out for where it is printed.
+
+    On a terminal (or where COLUMNS names a width): a boxed table that fits the width.
+    The columns named in ``whole`` (ids a user copies) are never shortened or wrapped:
+    the other columns give way. In the columns named in ``fold`` (prose that may hold a
+    key or a digest) a word too long for the column goes on over the next lines; any
+    other cell too long for its column is cut short with an ellipsis.
+
+    Anywhere else (a pipe, a file, a log): plain lines, no box and no padding, so that every cell
+    comes out whole and ``cut``, ``awk -F'\t'`` or a spreadsheet read it. The title (when
+    there is one) on a line of its own as ``# title``, then the column names, then one line
+    per row, cells separated by a tab. A tab, a newline or a backslash inside a cell is
+    written ``\t``, ``\n``, ``\\``, so a row stays one line.
+
+    Cells are plain text: a bracket in them is shown, never read as markup.
+    """
+
+    def __init__(
+        self,
+        title: str | None,
+        columns: list[str],
+        rows: list[list[Any]],
+        whole: tuple[str, ...] = (),
+        fold: tuple[str, ...] = (),
+    ) -> None:
+        self.title = title
+        self.columns = list(columns)
+        self.cells = [[str(cell) for cell in row] for row in rows]
+        self.whole = whole
+        self.fold = fold
+
+    def boxed(self) -> Table:
+        """The terminal layout."""
+        tbl = Table(title=self.title, show_lines=False)
+        for index, col in enumerate(self.columns):
+            if col in self.whole:
+                widest = max([len(col), *(len(row[index]) for row in self.cells)])
+                tbl.add_column(col, no_wrap=True, min_width=widest)
+            else:
+                tbl.add_column(col, overflow="fold" if col in self.fold else "ellipsis")
+        for row in self.cells:
+            tbl.add_row(*(Text(cell) for cell in row))
+        return tbl
+
+    def plain_lines(self) -> list[str]:
+        """The pipe layout, one string per line."""
+        lines = [] if self.title is None else [f"# {_tsv_cell(self.title)}"]
+        lines.append("\t".join(_tsv_cell(c) for c in self.columns))
+        lines += ["\t".join(_tsv_cell(c) for c in row) for row in self.cells]
+        return lines
+
+    def __rich_console__(self, out: Console, options: ConsoleOptions) -> RenderResult:
+        if out.is_terminal or _columns_given():
+            yield self.boxed()
+            return
+        # raw segments: a Text would expand the tabs into spaces and wrap at the width
+        for line in self.plain_lines():
+            yield Segment(line)
+            yield Segment.line()
+
+
+def _tsv_cell(value: str) -> str:
+    return (
+        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+    )
+
+
 def table(
     title: str | None,
     columns: list[str],
     rows: list[list[Any]],
     whole: tuple[str, ...] = (),
     fold: tuple[str, ...] = (),
-) -> Table:
-    """A table; the columns named in ``whole`` (ids a user copies) are never shortened or
-    wrapped, however narrow the output: the other columns give way. In the columns named
-    in ``fold`` (prose that may hold a key or a digest) a word too long for the column
-    goes on over the next lines instead of being cut short. Cells are plain text: a
-    bracket in them is shown, never read as markup."""
-    tbl = Table(title=title, show_lines=False)
-    cells = [[str(cell) for cell in row] for row in rows]
-    for index, col in enumerate(columns):
-        if col in whole:
-            widest = max([len(col), *(len(row[index]) for row in cells)])
-            tbl.add_column(col, no_wrap=True, min_width=widest)
-        else:
-            tbl.add_column(col, overflow="fold" if col in fold else "ellipsis")
-    for row in cells:
-        tbl.add_row(*(Text(cell) for cell in row))
-    return tbl
+) -> OutputTable:
+    """A table for :meth:`Console.print`: boxed to fit a terminal, tab-separated plain
+    lines anywhere else (see :class:`OutputTable`)."""
+    return OutputTable(title, columns, rows, whole, fold)
 
 
 def is_tty() -> bool:

@@ -35,6 +35,7 @@ from holedger.config import Settings
 from holedger.errors import SandboxError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
+from holedger.numbers import Mean, amount, quantities_for_json
 from holedger.output import console, plain
 from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport, score_text
@@ -69,6 +70,8 @@ class DemoSummary:
     optimizer_log: Path
     optimizer_exit: int | None
     failures: list[str] = field(default_factory=list)
+    cases: int | None = None  # test cases held-out scoring scored, each K times
+    k: int | None = None
 
     @property
     def above_band(self) -> bool:
@@ -83,32 +86,28 @@ class DemoSummary:
         return self.verified and self.above_band
 
     def to_json(self) -> dict[str, Any]:
-        def exact(v: Fraction | None) -> str | None:
-            return None if v is None else _rational(v)
-
+        """The summary as ``demo --json`` prints it; its Fractions become a number and an
+        exact string each (``holedger.numbers``)."""
         return {
             "run_id": self.run_id,
             "verified": self.verified,
-            "test_score": exact(self.test_score),
-            "seed_score": exact(self.seed_score),
-            "g": exact(self.g),
-            "resolution_band": exact(self.resolution_band),
+            "test_score": self.test_score,
+            "seed_score": self.seed_score,
+            "g": self.g,
+            "resolution_band": self.resolution_band,
+            "cases": self.cases,
+            "k": self.k,
+            "trials": None if self.cases is None or self.k is None else self.cases * self.k,
             "above_band": self.above_band,
             "backend": self.backend,
             "isolation": self.isolation,
             "report": str(self.report),
-            "budget": self.budget,
+            "budget": quantities_for_json(self.budget, ("used", "limit")),
             "seconds": round(self.seconds, 1),
             "replay_command": self.replay_command,
             "optimizer_log": str(self.optimizer_log),
             "optimizer_exit": self.optimizer_exit,
         }
-
-
-def _rational(value: Fraction) -> str:
-    from holedger.schemas.canonical import rational_to_str
-
-    return rational_to_str(value)
 
 
 # --------------------------------------------------------------------------- pieces
@@ -443,6 +442,8 @@ def summarize(
         optimizer_log=log_path.absolute(),
         optimizer_exit=result.exit_status,
         failures=failures,
+        cases=scores.get("cases") if isinstance(scores.get("cases"), int) else None,
+        k=scores.get("k") if isinstance(scores.get("k"), int) else None,
     )
 
 
@@ -456,13 +457,21 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
     def num(v: Fraction | None) -> str:
         return score_text(v)
 
+    def mean(v: Fraction | None) -> str:
+        if v is None or not s.cases or not s.k:
+            return num(v)
+        return Mean.of(v, s.cases, s.k).text()
+
     for failure in s.failures:
         line(f"[bold red]problem:[/] {plain(failure)}")
     band = "above" if s.above_band else "[bold red]not above[/]"
-    line(f"held-out score E(H+)   {num(s.test_score)}  (nominated candidate, test split)")
-    line(f"seed baseline  E(H0)   {num(s.seed_score)}  (pinned for this task)")
+    line(f"held-out score E(H+)   {mean(s.test_score)}  (nominated candidate, test split)")
+    line(f"seed baseline  E(H0)   {mean(s.seed_score)}  (pinned for this task)")
     line(f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}")
-    rows = [[k, v.get("used"), v.get("limit"), v.get("percent")] for k, v in s.budget.items()]
+    rows = [
+        [k, amount(v.get("used")), amount(v.get("limit")), v.get("percent")]
+        for k, v in s.budget.items()
+    ]
     out.print(table("budget", ["component", "used", "limit", "percent"], rows))
     warnings = [c.name for c in report.checks if c.level == "warning" and not c.ok]
     if s.verified:

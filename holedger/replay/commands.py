@@ -9,8 +9,9 @@ import click
 
 from holedger.errors import UsageError
 from holedger.ledger.keys import load_trusted_keys
+from holedger.numbers import amount
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
-from holedger.replay.report import ReplayReport, counted, score_text
+from holedger.replay.report import ReplayReport, counted, score_text, scores_mean_text
 
 
 def print_report(report: ReplayReport) -> None:
@@ -54,7 +55,11 @@ def print_report(report: ReplayReport) -> None:
     if isinstance(budget, list) and budget:
         if report.judged_on:  # after a break: the table is of the intact part only
             out.print(f"budget: {plain(report.judged_on.strip())}")
-        out.print(table("budget", list(budget[0].keys()), [list(r.values()) for r in budget]))
+        rows = [
+            [r.get("component"), amount(r.get("used")), amount(r.get("limit")), r.get("percent")]
+            for r in budget
+        ]
+        out.print(table("budget", ["component", "used", "limit", "percent"], rows))
     print_scores(report)
     safety = report.sections.get("safety")
     if isinstance(safety, dict):
@@ -73,8 +78,8 @@ def print_scores(report: ReplayReport) -> None:
     if isinstance(scores, dict) and scores.get("scored"):
         beyond = "above" if scores.get("exceeds_band") else "not above"
         out.print(
-            f"scores: {plain(report.judged_on)}E(H+) {score_text(scores.get('e_h_plus'))}, "
-            f"E(H0) {score_text(scores.get('e_h0'))}, g {score_text(scores.get('g'))} "
+            f"scores: {plain(report.judged_on)}E(H+) {scores_mean_text(scores, 'e_h_plus')}; "
+            f"E(H0) {scores_mean_text(scores, 'e_h0')}; g {score_text(scores.get('g'))} "
             f"({beyond} the resolution band {score_text(scores.get('resolution_band'))})"
         )
     leakage = report.sections.get("leakage")

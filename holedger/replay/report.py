@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from fractions import Fraction
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from holedger.numbers import Mean, decimal, exact, quantities_for_json
 
 MAX_FAILURES = 50
 
@@ -17,17 +18,29 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def score_text(value: object) -> str:
-    """A score or gain for people: a short decimal, then the exact rational the ledger
-    holds (``0.368 (53/144)``); a whole number as it is; ``-`` when there is none."""
-    if value is None:
-        return "-"
-    try:
-        exact = Fraction(str(value))
-    except (ValueError, ZeroDivisionError):
-        return str(value)
-    if exact.denominator == 1:
-        return str(exact.numerator)
-    return f"{float(exact):.3f} ({exact})"
+    """A score, gain or band for people, by the one rule of ``holedger.numbers``: three
+    decimals (``0.368``, ``1.000``); ``-`` when there is none. ``--json`` has the exact
+    rational."""
+    return decimal(value)
+
+
+def scores_mean_text(section: dict[str, Any], key: str) -> str:
+    """E(H+) or E(H0) of a ``scores`` section with its counts: each of the section's
+    ``cases`` test cases scored K times (the pinned baseline with the same K on the same
+    split), ``0.812: 117 of 144 trials over 48 cases``."""
+    value = exact(section.get(key))
+    cases, k = section.get("cases"), section.get("k")
+    if value is None or not isinstance(cases, int) or not isinstance(k, int) or not cases:
+        return score_text(section.get(key))
+    return Mean.of(value, cases, k).text()
+
+
+# The quantities (exact rational strings) of each report section, which ``--json`` gives
+# as a number and an exact string side by side (holedger.numbers).
+SECTION_QUANTITIES: dict[str, tuple[str, ...]] = {
+    "scores": ("e_h_plus", "e_h0", "g", "resolution_band"),
+    "budget_table": ("used", "limit"),
+}
 
 
 class CheckResult(BaseModel):
@@ -101,7 +114,7 @@ class ReplayReport(BaseModel):
             "failures_total": self.failures_total,
         }
         for name, section in self.sections.items():
-            data.setdefault(name, section)
+            data.setdefault(name, quantities_for_json(section, SECTION_QUANTITIES.get(name, ())))
         return data
 
     def failed_checks(self) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 from holedger.ledger.records import Record
 from holedger.protocol import rules
 from holedger.replay.engine import ReplayContext
-from holedger.replay.report import ReportBuilder, score_text
+from holedger.replay.report import ReportBuilder, score_text, scores_mean_text
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
@@ -143,6 +143,7 @@ class ScoresProjection:
             "candidate": scored.candidate,
             "k": k,
             "cases": len(derived),
+            "trials": len(derived) * k,
             "e_h_plus": _r(e_plus),
             "e_h0": _r(e0),
             "e_h0_source": "pinned seed baseline" if self.baseline else "recorded (not pinned)",
@@ -198,7 +199,7 @@ class ScoresProjection:
                 out.check(
                     CHECK,
                     True,
-                    f"E(H+) {score_text(self.section['e_h_plus'])} recomputed from "
+                    f"E(H+) {scores_mean_text(self.section, 'e_h_plus')}, recomputed from "
                     f"{self.section['cases']} cases x K; E(H0) "
                     f"{score_text(self.section['e_h0'])} {_baseline_text(self.section)}; "
                     f"g {score_text(self.section['g'])} from the two",

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import click
 
 from holedger.errors import UsageError
+from holedger.numbers import Mean, amount, exact
 from holedger.output import emit_json, settings
 from holedger.replay.report import counted, score_text
 from holedger.sandboxes import BACKEND_NAMES
@@ -86,7 +88,9 @@ def run_open(
         "backend": opened.backend,
         "optimizer_token": opened.optimizer_token,
         "descriptor": None if descriptor is None else descriptor.model_dump(mode="json"),
-        "seed_baseline": None if baseline is None else baseline.model_dump(mode="json"),
+        "seed_baseline": None
+        if baseline is None
+        else {**baseline.model_dump(mode="json"), "e_h0": baseline.e_h0},
     }
     if as_json:
         emit_json(data)
@@ -95,7 +99,7 @@ def run_open(
     click.echo(f"task     {opened.task_id}")
     click.echo(f"seed     {opened.seed_commit}")
     if baseline is not None:
-        e0 = score_text(data["seed_baseline"]["e_h0"])
+        e0 = score_text(baseline.e_h0)
         click.echo(f"E(H0)    {e0} (K={baseline.k}, baseline run {baseline.baseline_run_id})")
     click.echo(f"token    {opened.optimizer_token}")
 
@@ -243,13 +247,26 @@ def eval_cmd(
     click.echo(f"request {result.request_id} accepted ({result.policy})")
     body = result.projection
     if result.policy == "aggregate":
-        click.echo(f"mean {body['mean']} over {body['cases']} cases, {body['trials']} trials")
+        click.echo(f"mean {_aggregate_text(body)}")
     else:
         for case_id, entry in body["cases"].items():
-            click.echo(f"  {case_id}  mean {entry['mean']}")
+            trials = len(entry.get("trials") or [])
+            mean = Mean.of(exact(entry["mean"]) or Fraction(0), 1, trials)
+            click.echo(f"  {case_id}  mean {mean.text() if trials else score_text(entry['mean'])}")
     used = result.budget_after[split]
-    click.echo(f"{split} budget used: {used['calls']} calls, {used['case_passes']} case-passes")
+    passes = amount(used["case_passes"])
+    click.echo(f"{split} budget used: {used['calls']} calls, {passes} case-passes")
     _warn(result.warnings)
+
+
+def _aggregate_text(body: dict[str, Any]) -> str:
+    """A val aggregate with its counts: ``0.600: 6 of 10 trials over 5 cases``."""
+    value, cases, trials = exact(body.get("mean")), body.get("cases"), body.get("trials")
+    if value is None or not isinstance(cases, int) or not isinstance(trials, int) or not cases:
+        return score_text(body.get("mean"))
+    if trials % cases:  # not the same number of trials per case: no single count to show
+        return f"{score_text(value)} over {cases} cases ({trials} trials)"
+    return Mean.of(value, cases, trials // cases).text()
 
 
 def _warn(lines: list[str]) -> None:
@@ -268,14 +285,30 @@ def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_
     with _service(ctx, workers) as service:
         run_id = service.ledger.resolve_run(run)
         scored = service.nominate(run_id, candidate)
-    data = scored.as_json()
+    cases = len(scored.per_case)
     if as_json:
-        emit_json(data)
+        emit_json(
+            {
+                "run_id": scored.run_id,
+                "candidate": scored.candidate,
+                "k": scored.k,
+                "cases": cases,
+                "trials": cases * scored.k,
+                "e_h_plus": scored.e_h_plus,
+                "e_h0": scored.e_h0,
+                "g": scored.g,
+                "per_case": [
+                    {"case_id": case_id, "scores": list(scores)}
+                    for case_id, scores in scored.per_case.items()
+                ],
+            }
+        )
         return
-    g = score_text(data["g"]) if data["g"] is not None else "undefined (E(H0) = 1)"
+    g = score_text(scored.g) if scored.g is not None else "undefined (E(H0) = 1)"
     click.echo(f"nominated {scored.candidate}; run {run_id} closed")
-    e_plus, e0 = score_text(data["e_h_plus"]), score_text(data["e_h0"])
-    click.echo(f"E(H+) {e_plus}  E(H0) {e0}  g {g}  (K={scored.k})")
+    click.echo(f"E(H+) {Mean.of(scored.e_h_plus, cases, scored.k).text()} (K = {scored.k})")
+    click.echo(f"E(H0) {Mean.of(scored.e_h0, cases, scored.k).text()} (the pinned seed baseline)")
+    click.echo(f"g     {g}")
 
 
 @click.command("serve")

@@ -34,11 +34,15 @@ def _holedger(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_verifies_and_gains_above_the_band(tour: TourState) -> None:
     demo = tour.demo
     assert demo["verified"] is True, tour.stderr[-3000:]
-    g = Fraction(demo["g"])
-    band = Fraction(demo["resolution_band"])
+    g = Fraction(demo["g_exact"])
+    band = Fraction(demo["resolution_band_exact"])
     assert g > band, f"g {demo['g']} is not above the band {demo['resolution_band']}"
-    assert Fraction(demo["test_score"]) > Fraction(demo["seed_score"])
+    assert Fraction(demo["test_score_exact"]) > Fraction(demo["seed_score_exact"])
     assert demo["above_band"] is True
+    # numbers are JSON numbers, each beside its exact rational; counts are integers
+    for key in ("g", "resolution_band", "test_score", "seed_score"):
+        assert demo[key] == float(Fraction(demo[f"{key}_exact"])), key
+    assert demo["trials"] == demo["cases"] * demo["k"] > 0
     assert set(demo) >= {
         "run_id",
         "verified",
@@ -68,10 +72,11 @@ def test_budget_stays_within_every_limit(tour: TourState) -> None:
     components = set(budget)
     assert {"dev calls", "dev case_passes", "val calls", "val case_passes"} <= components
     for name, row in budget.items():
-        used, limit = Fraction(str(row["used"])), Fraction(str(row["limit"]))
+        used, limit = Fraction(row["used_exact"]), Fraction(row["limit_exact"])
         assert used <= limit, name
-    assert Fraction(str(budget["dev calls"]["used"])) > 0
-    assert Fraction(str(budget["val calls"]["used"])) > 0
+        assert row["used"] == float(used) and isinstance(row["percent"], float), name
+    assert budget["dev calls"]["used"] > 0
+    assert budget["val calls"]["used"] > 0
 
 
 def test_replay_command_agrees_from_a_fresh_process(tour: TourState) -> None:
@@ -180,7 +185,7 @@ def test_a_second_demo_reuses_the_pinned_baseline(tour: TourState) -> None:
     baselines = list((cfg.home / "baselines").glob("*.json"))
     assert len(baselines) == 1
     record = json.loads(baselines[0].read_text())
-    assert Fraction(record["e_h0"]) == Fraction(tour.demo["seed_score"])
+    assert Fraction(record["e_h0"]) == Fraction(tour.demo["seed_score_exact"])
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
         labels = [r.optimizer for r in ledger.runs()]

@@ -55,11 +55,13 @@ def test_run_list_prints_run_ids_whole_however_narrow_the_output() -> None:
     rows = [[run_id, "officeqa-lite" * 3, "holedger-example-optimizer", 585, "closed", "x" * 27]]
     columns = ["run", "task", "optimizer", "events", "state", "opened"]
     buffer = io.StringIO()
-    Console(file=buffer, width=60).print(table(None, columns, rows, whole=("run", "state")))
+    Console(file=buffer, width=60, force_terminal=True).print(
+        table(None, columns, rows, whole=("run", "state"))
+    )
     assert run_id in buffer.getvalue()
     assert " closed " in buffer.getvalue()
     narrow = io.StringIO()
-    Console(file=narrow, width=60).print(table(None, columns, rows))
+    Console(file=narrow, width=60, force_terminal=True).print(table(None, columns, rows))
     assert run_id not in narrow.getvalue()  # what the whole columns prevent
 
 

@@ -82,7 +82,7 @@ def test_scores_section_reports_gain_and_band(
     # E(H0) is not recomputed here: the check says where it comes from.
     assert scores["e_h0_source"] == "pinned seed baseline"
     [detail] = [c.detail for c in report.checks if c.name == "scores"]
-    assert f"recomputed from {len(TEST)} cases x K; E(H0) 0.333 (1/3) as pinned" in detail
+    assert f"recomputed from {len(TEST)} cases x K; E(H0) 0.333 as pinned" in detail
     per_case = [sum(score_of(CAND, c.id, a) for a in range(K)) / K for c in TEST]
     e_plus = sum(per_case, Fraction(0)) / len(TEST)
     g = (e_plus - E_H0) / (1 - E_H0)

@@ -95,7 +95,8 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
     run_id = opened["run_id"]
     assert opened["backend"] == "process"
     assert opened["task_id"] == "tiny-folder"
-    assert opened["seed_baseline"]["e_h0"] == "0.5"
+    assert opened["seed_baseline"]["e_h0"] == 0.5
+    assert opened["seed_baseline"]["e_h0_exact"] == "0.5"
     assert opened["optimizer_token"].startswith("hlg_")
     folder = write_seed(tmp_path / "cand")
     (folder / "harness" / "__main__.py").write_text(PERFECT_MAIN)
@@ -119,7 +120,9 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
     assert refused.exit_code == 3
     assert refused.output.count("\n") == 1 and "test split is closed" in refused.output
     scored = run("nominate", run_id, committed["candidate"], "--json")
-    assert scored["e_h_plus"] == "1" and scored["e_h0"] == "0.5" and scored["g"] == "1"
+    assert (scored["e_h_plus"], scored["e_h0"], scored["g"]) == (1.0, 0.5, 1.0)
+    assert (scored["e_h_plus_exact"], scored["e_h0_exact"], scored["g_exact"]) == ("1", "0.5", "1")
+    assert scored["cases"] * scored["k"] == scored["trials"]
     again = runner.invoke(cli, [*home, "nominate", run_id, "seed"])
     assert again.exit_code == 3 and "already has a nomination" in again.output
     replayed = runner.invoke(cli, [*home, "replay", run_id, "--json"])
@@ -186,7 +189,7 @@ def test_eval_says_why_trials_scored_nothing(fresh_home: Settings, tmp_path: Pat
     # val discloses its aggregate mean only: three of its cases crash, and nothing says so.
     val = runner.invoke(cli, [*home, "eval", run_id, candidate, "--split", "val"])
     assert val.exit_code == 0, val.output
-    assert "mean 0.625 over 8 cases" in val.stdout and not val.stderr
+    assert "mean 0.625: 5 of 8 trials over 8 cases" in val.stdout and not val.stderr
 
 
 SLOW_MAIN = """import json, sys, time
