@@ -92,12 +92,25 @@ class HoledgerGroup(click.Group):
             sys.stdout.flush()  # a closed pipe shows here, not at exit
             return result
         except HoledgerError as exc:
-            click.echo(f"holedger: error: {exc.one_line()}", err=True)
-            if self.wants_json and not json_written():
-                emit_json({"error": error_json(exc)})
-            sys.exit(exc.exit_code)
+            self._fail(exc)
         except BrokenPipeError:
             pipe_closed()
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            # A storage or file system error nothing turned into a HoledgerError (or a
+            # bug): one line naming the file or ledger, never a traceback.
+            from holedger.cli_errors import one_line_error, show_traceback
+
+            if show_traceback():
+                raise
+            self._fail(one_line_error(exc, ctx.obj))
+
+    def _fail(self, exc: HoledgerError) -> None:
+        click.echo(f"holedger: error: {exc.one_line()}", err=True)
+        if self.wants_json and not json_written():
+            emit_json({"error": error_json(exc)})
+        sys.exit(exc.exit_code)
 
 
 def error_json(exc: HoledgerError) -> dict[str, Any]:

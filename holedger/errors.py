@@ -77,6 +77,11 @@ class SandboxError(HoledgerError):
     """A sandbox backend is unavailable or failed to start."""
 
 
+class StorageError(HoledgerError):
+    """The ledger's database or a file of the home cannot be read or written (a full disk,
+    a failing database server)."""
+
+
 class BundleError(HoledgerError):
     """A run bundle is malformed, of an unknown version, or unsafe to read."""
 

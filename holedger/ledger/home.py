@@ -64,6 +64,27 @@ def home_runs(settings: Settings) -> tuple[list[str], Counter[str]]:
     return sorted(runs), signers
 
 
+def refuse_emptied_ledger(settings: Settings) -> None:
+    """Refuse an empty ledger file in a home that has run repositories: SQLite would open
+    it as a new, empty ledger, and the runs would silently vanish from every listing."""
+    prefix = "sqlite:///"
+    if not settings.ledger_url.startswith(prefix):
+        return
+    path = Path(settings.ledger_url[len(prefix) :].split("?", 1)[0])
+    try:
+        empty = path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return
+    repos = list(settings.runs_dir.glob("*.git")) if empty else []
+    if repos:
+        raise ConfigError(
+            f"the ledger file {path} is empty, but the home has {len(repos)} run "
+            f"repositor{'ies' if len(repos) != 1 else 'y'}: the ledger was truncated",
+            hint="restore it from a backup, or start a new home elsewhere with "
+            "'holedger --home NEW_DIR init'",
+        )
+
+
 def refuse_lost_key(settings: Settings) -> None:
     """Refuse to make a key for a home that has runs: they were signed by a key that is
     gone, and a new one would silently replace its identity."""

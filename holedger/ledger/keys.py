@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from holedger.errors import ConfigError, NotFoundError, UsageError
+from holedger.errors import ConfigError, NotFoundError, StorageError, UsageError
 from holedger.ledger.edwards import public_key_problem
 from holedger.schemas.canonical import b64decode_strict
 
@@ -209,8 +209,18 @@ class SigningKey:
             fd = os.open(path, flags, 0o600)
         except FileExistsError as exc:
             raise ConfigError(f"key file {path} exists", hint="keys are never overwritten") from exc
-        with os.fdopen(fd, "w") as handle:
-            handle.write(self.skey() + "\n")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(self.skey() + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            # No half-written key left behind: it would refuse to load, and hide the cause.
+            path.unlink(missing_ok=True)
+            raise StorageError(
+                f"cannot write the key file {path}: {exc.strerror or exc}",
+                hint="free space on its disk (or fix its permissions), then run it again",
+            ) from exc
         os.chmod(path, 0o600)
 
     @classmethod

@@ -51,18 +51,19 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError
-from sqlalchemy.exc import OperationalError as SAOperationalError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from holedger.config import DEFAULT_KEY_NAME, Settings
 from holedger.errors import (
     ConfigError,
+    HoledgerError,
     LedgerConflictError,
     NotFoundError,
     UsageError,
     VerificationError,
 )
+from holedger.ledger.failures import storage_error
 from holedger.ledger.keys import NO_HOME_HINT, SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
@@ -418,12 +419,14 @@ class Ledger:
             _require_sqlite_file(url)
         try:
             self.app = LedgerApplication(url, signers, create_tables)
-        except PersistenceError as exc:
-            raise ConfigError(f"cannot open the ledger at {_redact(url)}: {exc}") from exc
-        except SAOperationalError as exc:
-            raise ConfigError(f"cannot open the ledger at {_redact(url)}: {exc.orig}") from exc
+        except (PersistenceError, SQLAlchemyError) as exc:
+            raise _open_error(exc, url) from exc
         if create_tables:
-            _metadata.create_all(self.app.engine, checkfirst=True)
+            try:
+                _metadata.create_all(self.app.engine, checkfirst=True)
+            except SQLAlchemyError as exc:
+                self.app.close()
+                raise _open_error(exc, url) from exc
         elif not self._has_tables():
             self.app.close()
             raise ConfigError(
@@ -436,12 +439,9 @@ class Ledger:
     def _has_tables(self) -> bool:
         try:
             return bool(inspect(self.app.engine).has_table(self.app.events_table))
-        except SAOperationalError as exc:
+        except SQLAlchemyError as exc:
             self.app.close()
-            raise ConfigError(
-                f"cannot open the ledger at {_redact(self.url)}: {exc.orig}",
-                hint="check --ledger, or run 'holedger init'",
-            ) from exc
+            raise _open_error(exc, self.url) from exc
 
     # ---------------------------------------------------------------- opening
 
@@ -468,8 +468,11 @@ class Ledger:
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Ledger:
         """Open the home's ledger with the home's operator key (see ``holedger init``)."""
+        from holedger.ledger.home import refuse_emptied_ledger
+
         key = SigningKey.load(settings.key_path)
         _require_sqlite_file(settings.ledger_url)  # opening must not create a ledger
+        refuse_emptied_ledger(settings)
         # PostgreSQL: the schema is created once by 'holedger init'; writers never race
         # on DDL ("tuple concurrently updated" when several create it at once).
         kwargs.setdefault("create_tables", not settings.ledger_url.startswith("postgresql"))
@@ -478,7 +481,10 @@ class Ledger:
     @staticmethod
     def init_home(settings: Settings, key_name: str = DEFAULT_KEY_NAME) -> tuple[SigningKey, bool]:
         """Create the home, its key (0600) and its ledger; return the key, and if it is new."""
+        from holedger.ledger.home import refuse_emptied_ledger
+
         settings.home.mkdir(parents=True, exist_ok=True)
+        refuse_emptied_ledger(settings)
         created = False
         if settings.key_path.exists():
             key = SigningKey.load(settings.key_path)
@@ -894,6 +900,14 @@ def _uuid_str(value: Any) -> str:
     if isinstance(value, bytes | memoryview):
         return str(uuid.UUID(bytes=bytes(value)))
     return str(uuid.UUID(str(value)))
+
+
+def _open_error(exc: BaseException, url: str) -> HoledgerError:
+    """Why the ledger at ``url`` cannot be opened, as one line naming it."""
+    return storage_error(exc, url) or ConfigError(
+        f"cannot open the ledger at {_redact(url)}: {getattr(exc, 'orig', None) or exc}",
+        hint="check --ledger, or run 'holedger init'",
+    )
 
 
 def _redact(url: str) -> str:

@@ -83,17 +83,20 @@ def find_task(name_or_path: str | Path) -> Path:
 
 def read_spec(root: Path) -> TaskSpec:
     """Parse ``task.toml`` of the folder ``root``."""
+    path = root / TASK_FILE
     try:
-        data = tomllib.loads((root / TASK_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{root.name}/{TASK_FILE} is not readable TOML: {exc}") from exc
+        data = tomllib.loads(read_task_file(path, "spec").decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(
+            f"{path} is not readable TOML: {exc}", hint="fix the file, or restore it"
+        ) from exc
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise UsageError(
-            f"{root.name}/{TASK_FILE}: {where}: {first['msg']}",
+            f"{path}: {where}: {first['msg']}",
             hint="see docs/FORMAT.md, 'Task and manifest digests'",
         ) from exc
 
@@ -105,24 +108,51 @@ def _inside(root: Path, rel: str, what: str) -> Path:
     return path
 
 
+def read_task_file(path: Path, what: str) -> bytes:
+    """The bytes of one file of a task folder; a missing or unreadable one is one error
+    naming the file (exit 2)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise NotFoundError(
+            f"the task's {what} {path} is missing",
+            hint="restore it from the task's source, or point task.toml at the right file",
+        ) from exc
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read the task's {what} {path}: {exc.strerror or exc}",
+            hint="check that the file exists, is a regular file and is readable",
+        ) from exc
+
+
 def read_cases(root: Path, spec: TaskSpec, split: Split) -> list[Case]:
     """The cases of one split as stored (not yet checked against the manifest)."""
     path = _inside(root, f"{spec.splits.cases_dir}/{split}.json", "cases")
+    hint = "fix the file (a JSON array of {id, input, expected}), or restore it"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"task {spec.id} has no {split} cases file") from exc
-    except (OSError, ValueError) as exc:
-        raise VerificationError(f"task {spec.id}: {split} cases are not valid JSON") from exc
+        raw = json.loads(read_task_file(path, f"{split} cases file").decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})", hint=hint) from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+            hint=hint,
+        ) from exc
+    except ValueError as exc:  # e.g. a number too long to parse
+        raise UsageError(f"{path}: not valid JSON ({exc})", hint=hint) from exc
     if not isinstance(raw, list):
-        raise VerificationError(f"task {spec.id}: {split} cases must be a JSON array")
+        raise UsageError(
+            f"{path}: the {split} cases must be a JSON array, not {type(raw).__name__}",
+            hint=hint,
+        )
     cases = []
     for index, item in enumerate(raw):
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            raise VerificationError(f"task {spec.id}: {split} case #{index} has no string id")
+            raise UsageError(f"{path}: case #{index} has no string id", hint=hint)
         if not isinstance(item.get("input"), dict) or set(item) != {"id", "input", "expected"}:
-            raise VerificationError(
-                f"task {spec.id}: case {item['id']} must have exactly id, input, expected"
+            raise UsageError(
+                f"{path}: case {item['id']!r} must have exactly id, input (an object) and expected",
+                hint=hint,
             )
         cases.append(Case(item["id"], item["input"], item["expected"]))
     return cases
@@ -186,12 +216,16 @@ def check_manifest(manifest: SplitManifest) -> list[Check]:
 
 
 def read_manifest(path: Path) -> SplitManifest:
+    data = read_task_file(path, "split manifest")
     try:
-        return SplitManifest.model_validate_json(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"split manifest {path.name} is missing") from exc
+        return SplitManifest.model_validate_json(data)
     except ValidationError as exc:
-        raise VerificationError(f"split manifest {path.name} is malformed: {exc}") from exc
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the document"
+        raise UsageError(
+            f"split manifest {path} is malformed: {where}: {first['msg']}",
+            hint="restore it, or make it again (holedger.tasks.pinning)",
+        ) from exc
 
 
 def check_task(root: Path, spec: TaskSpec | None = None) -> list[Check]:
@@ -199,7 +233,7 @@ def check_task(root: Path, spec: TaskSpec | None = None) -> list[Check]:
     spec = spec or read_spec(root)
     checks: list[Check] = []
 
-    source = _inside(root, spec.verifier.path, "verifier").read_bytes()
+    source = read_task_file(_inside(root, spec.verifier.path, "verifier"), "verifier")
     got = digests.sha256_hex(source)
     checks.append(
         Check(
@@ -266,7 +300,18 @@ def check_task(root: Path, spec: TaskSpec | None = None) -> list[Check]:
     )
 
     seed_dir = _inside(root, spec.seed.path, "seed")
-    got = digests.tree_digest(seed_dir)
+    if not seed_dir.is_dir():
+        raise NotFoundError(
+            f"the task's seed folder {seed_dir} is missing or not a directory",
+            hint="restore it from the task's source, or point [seed] path at it",
+        )
+    try:
+        got = digests.tree_digest(seed_dir)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read the task's seed file {exc.filename or seed_dir}: {exc.strerror or exc}",
+            hint="check that every file of the seed is readable",
+        ) from exc
     ok = got == spec.seed.tree_digest
     checks.append(
         Check(
@@ -306,7 +351,7 @@ def _first_failure(checks: list[Check]) -> Check | None:
 
 def _load_verifier(root: Path, spec: TaskSpec) -> Callable[..., Any]:
     path = _inside(root, spec.verifier.path, "verifier")
-    source = path.read_bytes()
+    source = read_task_file(path, "verifier")
     got = digests.sha256_hex(source)
     if got != spec.verifier.digest:
         raise VerificationError(
