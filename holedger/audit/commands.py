@@ -261,6 +261,21 @@ def verify_cmd(ctx: click.Context, audit: str, trusted: tuple[str, ...], as_json
     sys.exit(0 if report.verified else 1)
 
 
+def replay_audit(ctx: click.Context, ledger: Any, ref: str, keys: list[Any], as_json: bool) -> None:
+    """``holedger replay AUDIT``: the audit verified as ``audit verify`` does; exits."""
+    from holedger.audit.log import AuditLog
+    from holedger.audit.verify import verify_audit
+
+    report = verify_audit(
+        settings(ctx), ledger, AuditLog(ledger.app.engine), ref, trusted_keys=keys
+    )
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        print_report(report)
+    sys.exit(0 if report.verified else 1)
+
+
 def print_report(report: Any) -> None:
     out = console()
     verdict = "VERIFIED" if report.verified else "FAILED"

@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, insert, select
+from sqlalchemy import (
+    Column,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    insert,
+    inspect,
+    select,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -138,11 +148,14 @@ def parse_audit_record(raw: bytes) -> AuditRecord:
 class AuditLog:
     """Audit streams in a ledger database. Writers sign with the keys they are given."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, create: bool = True) -> None:
         self.engine = engine
-        _metadata.create_all(engine, checkfirst=True)
+        if create:
+            _metadata.create_all(engine, checkfirst=True)
 
     def audit_ids(self) -> list[str]:
+        if not inspect(self.engine).has_table(audit_table.name):
+            return []
         with self.engine.connect() as conn:
             rows = conn.execute(select(audit_table.c.audit_id).distinct())
             return sorted(str(row[0]) for row in rows)

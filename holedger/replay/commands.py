@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from holedger.errors import UsageError
+
+if TYPE_CHECKING:
+    from holedger.ledger.store import Ledger
 from holedger.ledger.keys import load_trusted_keys
 from holedger.numbers import amount
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
@@ -148,6 +152,10 @@ def replay_cmd(
     keys = load_trusted_keys(list(trusted))
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
+        if _is_audit(ledger, run):
+            from holedger.audit.commands import replay_audit
+
+            replay_audit(ctx, ledger, run, keys, as_json)
         run_id = ledger.resolve_run(run)
         extra: dict[str, object] = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
         if task:
@@ -163,6 +171,17 @@ def replay_cmd(
     else:
         print_report(report)
     sys.exit(0 if report.verified else 1)
+
+
+def _is_audit(ledger: Ledger, ref: str) -> bool:
+    """Whether ``ref`` names an audit (holedger audit) rather than a run."""
+    from holedger.audit.log import AuditLog
+
+    prefix = ref.strip().lower()
+    if len(prefix) < 4 or any(r.startswith(prefix) for r in ledger.run_ids()):
+        return False
+    audits = AuditLog(ledger.app.engine, create=False).audit_ids()
+    return any(a.startswith(prefix) for a in audits)
 
 
 def register(cli: click.Group) -> None:

@@ -364,3 +364,21 @@ def test_a_manual_finding_is_signed_and_shown(audited: AuditedRun, ledger: Ledge
         str(audited.auditor_path),
     )
     assert "unknown finding category" in one_line_error(bad)
+
+
+def test_replay_takes_an_audit_id_and_verifies_it(
+    finished: dict[str, Any], audited: AuditedRun, copy_of: Any
+) -> None:
+    result = run_cli(audited, "replay", finished["audit_id"], "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["verified"]
+
+    def forge(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "GateComputed":
+            payload = {**payload, "gate": {**payload["gate"], "p_value": "0.0001"}}
+        return payload
+
+    forged = copy_of(forge)
+    result = run_cli(audited, "replay", forged)
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "gate" in result.output
