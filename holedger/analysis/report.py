@@ -21,7 +21,7 @@ section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 16px
 svg{width:100%;height:auto;max-width:640px;display:block}
 .band{fill:#999;opacity:.18}.identity{stroke:#555;stroke-dasharray:4,3}
 .axis{stroke:#333}.grid{stroke:#eee}.zero{stroke:#888}
-.tick{font-size:11px;fill:#444}.label{font-size:13px;fill:#222}.small{font-size:10px;fill:#333}
+.tick{font-size:11px;fill:#444}.caption{font-size:13px;font-weight:bold;fill:#222}.label{font-size:13px;fill:#222}.small{font-size:10px;fill:#333}
 .legend .key{margin-right:12px;white-space:nowrap}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
 .reading,.left{font-size:.85em;color:#555;margin:2px 0}
@@ -264,7 +264,9 @@ def _budget(source: Source) -> str:
     summary = (
         f"<p>Median call usage {_f(data['median_call_usage']) or 0:.2f}, median case-pass "
         f"usage {_f(data['median_pass_usage']) or 0:.2f}; exhausted {data['exhausted']} of "
-        f"{len(rows)}; binds first: {escape(str(data['binds_first']))}.</p>"
+        f"{len(rows)}; binds first: "
+        + escape(", ".join(f"{k} {v}" for k, v in data["binds_first"].items()))
+        + ".</p>"
     )
     return plot.svg() + legend(["common", "native"]) + summary + _notes(data)
 
@@ -276,8 +278,13 @@ def _breadth(source: Source) -> str:
     if data.get("refused"):
         return _notes(data)
     rows = [r for r in data["runs"] if r.get("g") is not None]
+    missing = len(data.get("trees_missing", []))
     if not rows:
-        return "<p>No runs.</p>" + _notes(data)
+        return (
+            f"<p>No run's candidate trees are at hand ({missing} runs without them: the "
+            "home's candidate repositories or the bundles' git objects are needed).</p>"
+            + _notes(data)
+        )
     tasks = sorted({r["task"] for r in rows})
     ys = [_f(r["g"]) or 0.0 for r in rows]
     plot = Plot("lever breadth against g", "levers modified (of 8)", "g", (0, 8), _range(ys))

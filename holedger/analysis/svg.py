@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-WIDTH, HEIGHT = 640, 340
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 72
+WIDTH = 640
+LEFT, RIGHT, TOP = 64, 16, 30
+PLOT_HEIGHT = 252  # the data area
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -65,6 +66,18 @@ class Plot:
             self.xrange = (-0.5, len(self.categories) - 0.5)
         self._pad()
 
+    @property
+    def bottom(self) -> int:
+        """Room under the data area: rotated category names need more."""
+        if not self.categories:
+            return 56
+        longest = max(len(name[:28]) for name in self.categories)
+        return 44 + int(longest * 3.6)
+
+    @property
+    def height(self) -> int:
+        return TOP + PLOT_HEIGHT + self.bottom
+
     def x(self, value: float) -> float:
         if self.xlog:
             value = math.log10(max(value, 1))
@@ -73,7 +86,7 @@ class Plot:
 
     def y(self, value: float) -> float:
         lo, hi = self.yrange
-        return TOP + (hi - value) / (hi - lo) * (HEIGHT - TOP - BOTTOM)
+        return TOP + (hi - value) / (hi - lo) * (PLOT_HEIGHT)
 
     def point(
         self, x: float, y: float, color: int = 0, label: str = "", hollow: bool = False
@@ -140,9 +153,10 @@ class Plot:
 
     def svg(self) -> str:
         out = [
-            f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(self.title)}" '
-            f'xmlns="http://www.w3.org/2000/svg">',
+            f'<svg viewBox="0 0 {WIDTH} {self.height}" role="img" '
+            f'aria-label="{escape(self.title)}" xmlns="http://www.w3.org/2000/svg">',
             f"<title>{escape(self.title)}</title>",
+            f'<text x="{LEFT}" y="18" class="caption">{escape(self.title)}</text>',
         ]
         for t in _nice_ticks(*self.yrange):
             if self.yrange[0] <= t <= self.yrange[1]:
@@ -155,21 +169,22 @@ class Plot:
             for i, name in enumerate(self.categories):
                 out.append(
                     f'<text class="tick" text-anchor="end" transform="translate({self.x(i):.1f},'
-                    f'{HEIGHT - BOTTOM + 12}) rotate(-30)">{escape(name[:28])}</text>'
+                    f'{TOP + PLOT_HEIGHT + 12}) rotate(-30)">{escape(name[:28])}</text>'
                 )
         else:
-            for t in _nice_ticks(*self.xrange):
+            ticks = _log_ticks(*self.xrange) if self.xlog else _nice_ticks(*self.xrange)
+            for t in ticks:
                 if self.xrange[0] <= t <= self.xrange[1]:
                     label = f"{10**t:,.0f}" if self.xlog else f"{t:g}"
                     out.append(
                         f'<text x="{self.x(10**t if self.xlog else t):.1f}" '
-                        f'y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" class="tick">'
+                        f'y="{TOP + PLOT_HEIGHT + 16}" text-anchor="middle" class="tick">'
                         f"{label}</text>"
                     )
         out.append(
-            f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{HEIGHT - BOTTOM}"/>'
-            f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{HEIGHT - BOTTOM}" '
-            f'y2="{HEIGHT - BOTTOM}"/>'
+            f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_HEIGHT}"/>'
+            f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + PLOT_HEIGHT}" '
+            f'y2="{TOP + PLOT_HEIGHT}"/>'
         )
         if self.yrange[0] < 0 < self.yrange[1]:
             out.append(
@@ -178,12 +193,27 @@ class Plot:
             )
         out.extend(self.parts)
         out.append(
-            f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 6}" text-anchor="middle" '
-            f'class="label">{escape(self.xlabel)}</text>'
-            f'<text transform="translate(14,{(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" '
+            f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{self.height - 8}" '
+            f'text-anchor="middle" class="label">{escape(self.xlabel)}</text>'
+            f'<text transform="translate(14,{(TOP + TOP + PLOT_HEIGHT) / 2:.0f}) rotate(-90)" '
             f'text-anchor="middle" class="label">{escape(self.ylabel)}</text></svg>'
         )
         return "".join(out)
+
+
+def _log_ticks(low: float, high: float) -> list[float]:
+    """Exponents of 1, 2 and 5 times the powers of ten between ``low`` and ``high``
+    (log10 units); powers of ten alone when they are enough."""
+    powers = [float(e) for e in range(math.floor(low), math.ceil(high) + 1) if low <= e <= high]
+    if len(powers) >= 2:
+        return powers
+    out = []
+    for e in range(math.floor(low), math.ceil(high) + 1):
+        for m in (1, 2, 5):
+            t = e + math.log10(m)
+            if low <= t <= high:
+                out.append(t)
+    return out
 
 
 def legend(names: Sequence[str]) -> str:
