@@ -110,8 +110,9 @@ def _minute(time: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
-    """Show one run: its task, keys, event counts by type, and accepted requests still
-    without trials."""
+    """Show one run: its task, keys, event counts by type, its budget (limit, used and
+    remaining per component, tokens included), and accepted requests still without
+    trials."""
     ledger = open_ledger(ctx)
     run_id = ledger.resolve_run(run)
     opened = ledger.run_terms(run_id)
@@ -131,6 +132,9 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         except (ValidationError, HoledgerError, KeyError, TypeError):
             state = None
     unprojected = list(state.pending) if state is not None else []
+    from holedger.server.budget_view import budget_rows
+
+    budget = budget_rows(state, opened.terms) if state is not None else []
     info = next(i for i in ledger.runs() if i.run_id == run_id)
     data = {
         "run_id": run_id,
@@ -141,6 +145,7 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         "events": info.events,
         "by_type": dict(sorted(counts.items())),
         "unprojected_requests": list(unprojected),
+        "budget": budget,
         "keys": {
             role: {**k.model_dump(), "vkey": _declared_vkey(k.name, k.public_key, k.key_id)}
             for role, k in opened.keys.items()
@@ -157,12 +162,30 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         click.echo(f"key {role}  {vkey or 'malformed (replay reports it)'}")
     rows = [[name, n] for name, n in sorted(counts.items())]
     console().print(table(None, ["event", "count"], rows))
+    if budget:
+        rows = [[r["component"], r["limit"], r["used"], r["remaining"]] for r in budget]
+        rows = [[_shown(cell) for cell in row] for row in rows]
+        columns = ["component", "limit", "used", "remaining"]
+        console().print(table("budget", columns, rows, whole=tuple(columns)))
     if unprojected:
         click.echo(
             f"{counted(len(unprojected), 'accepted request')} without trials or projection "
             f"yet: {', '.join(unprojected)} (still being evaluated, or left by a server that "
             f"stopped: 'holedger run recover {run_id}' records them)"
         )
+
+
+def _shown(value: object) -> str:
+    """A budget cell: a whole number as it is, an exact rational with its decimal, and
+    "not capped" for a limit the terms do not set."""
+    if value is None:
+        return "not capped"
+    text = str(value)
+    if "/" in text:
+        from fractions import Fraction
+
+        return f"{float(Fraction(text)):.3f} ({text})"
+    return text
 
 
 def _declared_vkey(name: str, public_key: str, key_id: str) -> str | None:

@@ -7,17 +7,25 @@ recorded as a ``foreign_token`` SafetyViolation in the token's own run.
 
     GET  /v1/runs/{run}                      run info: task, dev cases and inputs, val ids,
                                              budget used and remaining, candidates
+    GET  /v1/runs/{run}/budget               the budget per component: limit, used, remaining
+    GET  /v1/runs/{run}/candidates/{c}/tree  a candidate's files (c: "seed" or an id):
+                                             path, size, executable, immutable;
+                                             ?contents=1 adds each file's text (or base64)
+    GET  /v1/runs/{run}/candidates/{c}/files/{path}   one file's bytes
     POST /v1/runs/{run}/candidates           {"files": {path: text | {"base64"}}, "parent"}
-                                             or a tar / tar.gz body (application/gzip,
-                                             application/x-tar); ?parent=ID
+                                             (the whole tree), or {"changes": {path: text |
+                                             {"base64"} | null}, "parent"} (on top of the
+                                             parent), or a tar / tar.gz body
+                                             (application/gzip, application/x-tar); ?parent=ID
     POST /v1/runs/{run}/evaluations          {"candidate", "split", "case_ids", "attempts"}
                                              -> the disclosure projection
     GET  /v1/runs/{run}/blobs/{digest}       a blob named in a projection shown to this run
     POST /v1/runs/{run}/nomination           {"candidate"} -> nominated, scored and closed
 
 Errors are ``{"error": {"message", "type", "hint"}}`` with 400 (malformed), 401 (no or
-bad token), 402 (over budget, recorded), 403 (foreign token), 404 (unknown), 409 (refused
-by the protocol, recorded when it is a request), 413 (body too large).
+bad token), 402 (over budget, recorded), 403 (foreign token), 404 (unknown, an unknown
+route too), 405 (a known route, another method), 409 (refused by the protocol, recorded
+when it is a request), 413 (body too large).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -46,8 +55,10 @@ from holedger.errors import (
 from holedger.gateway.tokens import TokenRegistry
 from holedger.ledger.store import run_uuid
 from holedger.schemas.events import SafetyViolation
+from holedger.server.budget_view import budget_json
 from holedger.server.candidates import read_file_map, read_tar
 from holedger.server.service import RunService
+from holedger.server.trees import changes_on_parent, file_bytes, tree_view
 
 log = logging.getLogger("holedger.server")
 MAX_BODY_BYTES = 16 << 20
@@ -129,10 +140,16 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         parent = request.query_params.get("parent")
         if ctype == "application/json":
             body = await _json_body(request, MAX_BODY_BYTES)
-            if not isinstance(body, dict) or not isinstance(body.get("files"), dict):
-                raise ApiError(400, "invalid_request", 'expected {"files": {path: content}}')
+            whole, changes = _tree_or_changes(body)
             parent = body.get("parent", parent)
-            files = read_file_map(body["files"], service.tree_limits)
+            if parent is not None and not isinstance(parent, str):
+                raise ApiError(400, "invalid_request", "parent must be a string")
+            if changes is not None:
+                files = await run_in_threadpool(
+                    changes_on_parent, service, run_id, parent or "seed", changes
+                )
+            else:
+                files = read_file_map(whole, service.tree_limits)
         elif ctype in ("application/gzip", "application/x-gzip", "application/x-tar"):
             files = read_tar(await _body(request, MAX_BODY_BYTES), service.tree_limits)
         else:
@@ -191,18 +208,89 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         )
         return JSONResponse({"run_id": run_id, "nominated": scored.candidate, "state": "closed"})
 
+    async def budget(request: Request, run_id: str) -> Response:
+        def read() -> dict[str, Any]:
+            state = service.states.current(run_id)
+            return {"run_id": run_id, **budget_json(state, state.opened.terms)}
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    async def get_tree(request: Request, run_id: str) -> Response:
+        contents = request.query_params.get("contents", "").lower() in ("1", "true", "yes")
+        ref = str(request.path_params["candidate"])
+
+        def read() -> dict[str, Any]:
+            state = service.states.current(run_id)
+            immutable = state.opened.terms.immutable_paths
+            return tree_view(service.repo(run_id), state, ref, immutable, contents=contents)
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    async def get_file(request: Request, run_id: str) -> Response:
+        ref, path = str(request.path_params["candidate"]), str(request.path_params["path"])
+
+        def read() -> bytes:
+            return file_bytes(service.repo(run_id), service.states.current(run_id), ref, path)
+
+        data = await run_in_threadpool(read)
+        return Response(data, media_type="application/octet-stream")
+
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
     routes = [
         Route("/healthz", health, methods=["GET"]),
         Route("/v1/runs/{run}", route(info), methods=["GET"]),
+        Route("/v1/runs/{run}/budget", route(budget), methods=["GET"]),
         Route("/v1/runs/{run}/candidates", route(post_candidate), methods=["POST"]),
+        Route("/v1/runs/{run}/candidates/{candidate}/tree", route(get_tree), methods=["GET"]),
+        Route(
+            "/v1/runs/{run}/candidates/{candidate}/files/{path:path}",
+            route(get_file),
+            methods=["GET"],
+        ),
         Route("/v1/runs/{run}/evaluations", route(post_evaluation), methods=["POST"]),
         Route("/v1/runs/{run}/blobs/{digest}", route(get_blob), methods=["GET"]),
         Route("/v1/runs/{run}/nomination", route(post_nomination), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers=JSON_HTTP_ERRORS)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """An unknown route (404) or method (405) gets the documented JSON error body."""
+    status = int(getattr(exc, "status_code", 500))
+    if status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+        return error_response(405, "method_not_allowed", message, hint="see the API's routes")
+    if status == 404:
+        message = f"no route {request.method} {request.url.path}"
+        hint = "the API's routes are under /v1/runs/RUN"
+        return error_response(404, "not_found", message, hint=hint)
+    detail = str(getattr(exc, "detail", "") or "error")
+    return error_response(status, "invalid_request" if status < 500 else "server_error", detail)
+
+
+JSON_HTTP_ERRORS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    HTTPException: _http_error
+}
+
+
+def _tree_or_changes(body: Any) -> tuple[Any, Any]:
+    """A JSON commit's ``files`` (the whole tree) or ``changes`` (on the parent): one."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_request", 'expected {"files": ...} or {"changes": ...}')
+    files, changes = body.get("files"), body.get("changes")
+    if (files is None) == (changes is None):
+        raise ApiError(
+            400,
+            "invalid_request",
+            'give either "files" (the whole tree) or "changes" (on top of "parent")',
+        )
+    if files is not None and not isinstance(files, dict):
+        raise ApiError(400, "invalid_request", '"files" must map paths to contents')
+    if changes is not None and not isinstance(changes, dict):
+        raise ApiError(400, "invalid_request", '"changes" must map paths to contents or null')
+    return files, changes
 
 
 async def _body(request: Request, cap: int) -> bytes:

@@ -67,6 +67,7 @@ from holedger.schemas.events import (
 )
 from holedger.schemas.types import Role
 from holedger.server import MAX_ATTEMPTS, taskview
+from holedger.server.budget_view import budget_json
 from holedger.server.candidates import (
     DEFAULT_LIMITS,
     CandidateRefused,
@@ -75,12 +76,13 @@ from holedger.server.candidates import (
     TreeLimits,
     changed_paths,
     entrypoint_problem,
-    immutable_violations,
     read_directory,
 )
+from holedger.server.progress import ProgressHook, trial_counter
 from holedger.server.sandbox import Backend, Limits, get_backend
 from holedger.server.state import CandidateInfo, RunState, StateCache
 from holedger.server.taskview import CaseData, ServerTask
+from holedger.server.trees import immutable_refusal
 from holedger.server.trials import (
     TrialGateway,
     TrialOutcome,
@@ -260,6 +262,8 @@ class RunService:
         self._work_cond = threading.Condition()
         self._in_flight = 0
         self._stopping = False
+        # Called with (label, done, total) as each trial ends (server/progress.py).
+        self.trial_progress: ProgressHook | None = None
 
     @property
     def in_flight(self) -> int:
@@ -455,12 +459,9 @@ class RunService:
         # Build the tree in the object store (unreferenced until accepted) to compare it.
         commit = repo.commit(files, parent_id, keep=False)
         listing = repo.listing(commit.commit)
-        violations = immutable_violations(seed_listing, listing, task.terms.immutable_paths)
-        if violations:
-            raise CandidateRefused(
-                f"candidate changes immutable paths: {', '.join(violations[:5])}",
-                hint="restore the task's immutable files as in the seed",
-            )
+        refusal = immutable_refusal(seed_listing, listing, task.terms.immutable_paths)
+        if refusal is not None:
+            raise refusal
         changed = changed_paths(repo.listing(parent_id), listing)
 
         def decide(st: RunState) -> tuple[list[Item], CommittedCandidate]:
@@ -656,9 +657,12 @@ class RunService:
         plans = _plans(run_id, request, {c: cases[c].input for c in request.case_ids}, prefix)
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial") as pool:
             futures: list[Future[TrialOutcome]] = []
+            ended = trial_counter(self.trial_progress, request.split, len(plans))
             try:
                 for plan in plans:
                     futures.append(pool.submit(_run_one, runner, backend, plan))
+                    if ended is not None:
+                        futures[-1].add_done_callback(ended)
                 return [future.result() for future in futures]
             except BaseException:  # interrupted (Ctrl-C): record what ran and what did not
                 not_started = sum(future.cancel() for future in futures)
@@ -1013,14 +1017,7 @@ class RunService:
         terms = task.terms
         dev = task.cases("dev")
         val = task.cases("val")
-        remaining = {}
-        for split in ("dev", "val"):
-            limit = getattr(terms.budget, split)
-            used = getattr(state.used, split)
-            remaining[split] = {
-                "calls": limit.calls - used.calls,
-                "case_passes": rational_to_str(limit.case_passes - used.case_passes),
-            }
+        budget = budget_json(state, terms)
         return {
             "run_id": run_id,
             "task_id": terms.task_id,
@@ -1033,9 +1030,10 @@ class RunService:
             "val": {"case_ids": [c.id for c in val]},
             "split_sizes": {"dev": len(dev), "val": len(val)},
             "disclosure": terms.disclosure.model_dump(mode="json"),
-            "budget": terms.budget.model_dump(mode="json", include={"dev", "val"}),
-            "budget_used": state.used.model_dump(mode="json"),
-            "budget_remaining": remaining,
+            "budget": budget["limit"],
+            "budget_used": budget["used"],
+            "budget_remaining": budget["remaining"],
+            "budget_components": budget["components"],
             "candidates": [
                 {"candidate": c.commit, "index": c.index, "parent": c.parent}
                 for c in sorted(state.candidates.values(), key=lambda c: c.index)
@@ -1075,7 +1073,7 @@ def _open_for_search(state: RunState) -> None:
 
 def _hint_for(code: str) -> str:
     if code.startswith("budget."):
-        return "see the remaining budget with 'holedger run show' or GET the run"
+        return "see the remaining budget with 'holedger run show RUN' or GET /v1/runs/RUN/budget"
     if code == refusals.TEST_SEALED:
         return "the test split is only scored after 'holedger nominate'"
     return "fix the request"

@@ -54,6 +54,10 @@ class RunState:
     # Accepted dev and val requests not yet projected: in flight, or left by a server that
     # stopped before recording their trials (RunService.recover records those).
     pending: dict[str, EvaluationRequested] = field(default_factory=dict)
+    # Tokens of the recorded model calls, by gateway scope (target: the trials' calls;
+    # optimizer: the optimizer's own), and their number.
+    tokens: dict[str, int] = field(default_factory=dict)
+    gateway_calls: dict[str, int] = field(default_factory=dict)
 
     def apply(self, rec: Record) -> None:
         self.next_seq = rec.seq + 1
@@ -80,6 +84,11 @@ class RunState:
             self.nominated = str(rec.payload["candidate"])
         elif rec.type == "RunScored":
             self.scored = RunScored.model_validate(rec.payload)
+        elif rec.type == "GatewayCall":
+            scope = str(rec.payload.get("scope"))
+            total = rec.payload.get("tokens", {}).get("total", 0)
+            self.tokens[scope] = self.tokens.get(scope, 0) + (total if type(total) is int else 0)
+            self.gateway_calls[scope] = self.gateway_calls.get(scope, 0) + 1
         elif rec.type == "RunClosed":
             self.closed = True
             self.closed_reason = str(rec.payload.get("reason"))
@@ -137,4 +146,6 @@ def _snapshot(state: RunState) -> RunState:
         disclosed=set(state.disclosed),
         projections=dict(state.projections),
         pending=dict(state.pending),
+        tokens=dict(state.tokens),
+        gateway_calls=dict(state.gateway_calls),
     )

@@ -72,7 +72,7 @@ def test_prepared_edits_apply_in_sequence_as_the_task_room_applies_them(
     assert plain == [e.name for e in edits if e.name != "10-known-dev-answers"]
     assert len(edits) >= 4
     assert len({e.lever for e in edits}) >= 4  # several levers
-    tree = opt.read_tree(TASK_ROOT / "seed")
+    tree = _text_tree(TASK_ROOT / "seed")
     reference = tmp_path / "ref"
     shutil.copytree(TASK_ROOT / "seed", reference)
     for mine, theirs in zip(edits, load_edits(TASK_ROOT), strict=True):
@@ -81,7 +81,7 @@ def test_prepared_edits_apply_in_sequence_as_the_task_room_applies_them(
         assert applied is not None, f"{mine.name} does not apply"
         tree = applied
         theirs.apply(reference)
-    assert tree == opt.read_tree(reference)
+    assert tree == _text_tree(reference)
     # applying an edit twice does not apply (its old text is gone): the optimizer skips it
     assert edits[0].apply(tree) is None
 
@@ -91,13 +91,28 @@ def test_optimizer_tree_holds_no_test_data(tmp_path: Path) -> None:
         pytest.skip("the bundled task's test split is not in the source tree")
     import json
 
-    folder = prepare_optimizer_dir(tmp_path, TASK_ROOT / "seed", TASK_ROOT / "edits")
+    folder = prepare_optimizer_dir(tmp_path, TASK_ROOT / "edits")
     text = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
     for case in json.loads((TASK_ROOT / "cases" / "test.json").read_text()):
         assert case["id"] not in text
         assert case["input"]["question"] not in text
     names = {p.name for p in folder.rglob("*")}
     assert "test.json" not in names and "verifier.py" not in names
+
+
+def _text_tree(root: Path) -> dict[str, str]:
+    """A folder's text files as the optimizer reads a tree from the API (no caches)."""
+    return {
+        p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+def test_the_optimizer_commits_only_what_changed() -> None:
+    before = {"a.py": "1", "b.py": "2", "c.py": "3"}
+    after = {"a.py": "1", "b.py": "two", "d.py": "4"}
+    assert opt.changes_between(before, after) == {"b.py": "two", "d.py": "4", "c.py": None}
 
 
 def test_log_parsing_keeps_json_lines_only() -> None:

@@ -4,20 +4,22 @@ This program runs inside its own sandbox, where holedger itself is not installed
 only the Python standard library and talks to the trusted server's optimizer API (and
 nothing else; it never sees the ledger, the keys or the held-out split). Its plan:
 
-1. read the run (dev case ids and inputs, val case ids, budget);
+1. read the run (dev case ids and inputs, val case ids, budget) and the seed harness's
+   files (``GET .../candidates/seed/tree?contents=1``);
 2. evaluate the seed harness on a fixed dev subset;
 3. for each prepared edit in order: apply it on top of the best tree so far, commit the
-   result as a candidate, evaluate it on the same dev subset, and keep it when its dev
-   mean is not below the best so far (the edits are meant to stack);
-4. evaluate the final tree and the best earlier kept candidate on val, where only the
-   aggregate mean is disclosed;
+   files it changes as a candidate on top of that tree (``{"changes", "parent"}``),
+   evaluate it on the same dev subset, and keep it when its dev mean is not below the best
+   so far (the edits are meant to stack);
+4. read the remaining budget (``GET .../budget``), then evaluate the final tree and the
+   best earlier kept candidate on val, where only the aggregate mean is disclosed;
 5. nominate the candidate with the best val mean (the server then scores it on the
    held-out test split, which this program never sees).
 
 Every response it receives is written as one JSON line on stdout (its log of what it
 saw); progress for people goes to stderr. Configuration comes from the environment:
 HOLEDGER_API_URL (the optimizer API's base URL) and HOLEDGER_API_TOKEN (the run-scoped
-optimizer token), and from the command line (the edits folder and the seed tree).
+optimizer token), and from the command line (the folder of prepared edits, its own plan).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 
@@ -149,14 +151,18 @@ def load_edits(folder: Path, shortcuts: bool = False) -> list[Edit]:
     return edits
 
 
-def read_tree(root: Path) -> dict[str, str]:
-    """Every text file under ``root`` (skipping caches), by relative POSIX path."""
-    tree = {}
-    for path in sorted(root.rglob("*")):
-        rel = PurePosixPath(path.relative_to(root).as_posix())
-        if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc":
-            tree[str(rel)] = path.read_text(encoding="utf-8")
-    return tree
+def text_files(listing: dict[str, Any]) -> dict[str, str]:
+    """The text files of a tree as ``GET .../candidates/C/tree?contents=1`` lists them
+    (files that are not UTF-8 come as base64; no edit touches them, and a commit of
+    changes keeps them as they are)."""
+    return {f["path"]: f["text"] for f in listing["files"] if "text" in f}
+
+
+def changes_between(before: dict[str, str], after: dict[str, str]) -> dict[str, str | None]:
+    """What turns ``before`` into ``after``: changed or new files, and None for removed."""
+    changes: dict[str, str | None] = {p: t for p, t in after.items() if before.get(p) != t}
+    changes.update({p: None for p in before if p not in after})
+    return changes
 
 
 # --------------------------------------------------------------------------- search
@@ -200,7 +206,6 @@ class Optimizer:
         self,
         api: Api,
         edits: list[Edit],
-        seed_tree: dict[str, str],
         *,
         dev_cases: int = 6,
         val_cases: int = 12,
@@ -208,7 +213,6 @@ class Optimizer:
     ) -> None:
         self.api = api
         self.edits = edits
-        self.seed_tree = seed_tree
         self.dev_cases = dev_cases
         self.val_cases = val_cases
         self.finalists = finalists
@@ -217,9 +221,27 @@ class Optimizer:
         info: dict[str, Any] = self.api.call("GET", "")
         return info
 
-    def commit(self, tree: dict[str, str], parent: str, label: str) -> Candidate:
-        reply = self.api.call("POST", "/candidates", {"files": tree, "parent": parent})
+    def seed_tree(self) -> dict[str, str]:
+        listing = self.api.call("GET", "/candidates/seed/tree?contents=1")
+        immutable = [f["path"] for f in listing["files"] if f["immutable"]]
+        say(f"seed: {len(listing['files'])} files, {len(immutable)} under immutable paths")
+        return text_files(listing)
+
+    def commit(self, tree: dict[str, str], parent: Candidate, label: str) -> Candidate:
+        """Commit ``tree`` as the changes it makes to ``parent``'s tree."""
+        body = {"changes": changes_between(parent.tree, tree), "parent": parent.commit}
+        reply = self.api.call("POST", "/candidates", body)
         return Candidate(str(reply["candidate"]), label, tree)
+
+    def remaining(self, split: str) -> dict[str, Any]:
+        budget: dict[str, Any] = self.api.call("GET", "/budget")
+        left: dict[str, Any] = budget["remaining"][split]
+        tokens = budget["remaining"].get("target_tokens")
+        say(
+            f"{split} budget left: {left['calls']} calls, {left['case_passes']} case-passes; "
+            f"target tokens left: {'not capped' if tokens is None else tokens}"
+        )
+        return left
 
     def evaluate(self, cand: Candidate, split: str, cases: list[str]) -> dict[str, Any]:
         body = {"candidate": cand.commit, "split": split, "case_ids": cases, "attempts": 1}
@@ -240,7 +262,7 @@ class Optimizer:
         subset = dev_ids[:per_eval]
         say(f"dev subset: {len(subset)} of {len(dev_ids)} cases; {len(self.edits)} edits to try")
 
-        seed = Candidate(str(info["seed"]), "seed", self.seed_tree)
+        seed = Candidate(str(info["seed"]), "seed", self.seed_tree())
         seed.dev = dev_mean(self.evaluate(seed, "dev", subset))
         say(f"seed: dev mean {float(seed.dev):.3f}")
         best = seed
@@ -251,7 +273,7 @@ class Optimizer:
                 say(f"{edit.name}: does not apply to the current best; skipped")
                 continue
             label = f"{best.label}+{edit.name.split('-', 1)[0]}"
-            cand = self.commit(tree, best.commit, label)
+            cand = self.commit(tree, best, label)
             cand.history = [*best.history, edit.name]
             cand.dev = dev_mean(self.evaluate(cand, "dev", subset))
             assert best.dev is not None
@@ -265,7 +287,7 @@ class Optimizer:
                 kept.append(cand)
 
         # Val (aggregate mean only): the final tree and the best earlier kept ones.
-        left = self.run_info()["budget_remaining"]["val"]
+        left = self.remaining("val")
         val_room = frac(left["case_passes"]) * len(val_ids)
         per_val = min(self.val_cases, len(val_ids), int(val_room))
         n_val = min(self.finalists, int(left["calls"]), int(val_room // max(per_val, 1)))
@@ -286,7 +308,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = Path(__file__).resolve().parent
     parser.add_argument("--edits", type=Path, default=here / "edits")
-    parser.add_argument("--seed", type=Path, default=here / "seed")
     parser.add_argument("--api", default=os.environ.get("HOLEDGER_API_URL", ""))
     parser.add_argument("--dev-cases", type=int, default=6, help="dev cases per evaluation")
     parser.add_argument("--val-cases", type=int, default=12, help="val cases per evaluation")
@@ -303,7 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = Optimizer(
         api,
         load_edits(args.edits, args.shortcuts),
-        read_tree(args.seed),
         dev_cases=args.dev_cases,
         val_cases=args.val_cases,
         finalists=args.finalists,
