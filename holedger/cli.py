@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
-from collections.abc import Callable
-from importlib import import_module
-from typing import Any
 
-import click
 
-from holedger import __version__
-from holedger.errors import HoledgerError
-from holedger.output import emit_json, json_written, pipe_closed
+def _interrupted_while_starting(*_: object) -> None:
+    """Ctrl-C before any command runs (while the modules load): the same one line and
+    status as an interrupted command, not a traceback of whichever import it hit."""
+    sys.stderr.write("holedger: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+# Only while this module loads (it imports every room): restored below.
+_STARTING = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _STARTING:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+from collections.abc import Callable  # noqa: E402
+from importlib import import_module  # noqa: E402
+from typing import Any  # noqa: E402
+
+import click  # noqa: E402
+
+from holedger import __version__  # noqa: E402
+from holedger.errors import HoledgerError  # noqa: E402
+from holedger.output import emit_json, json_written, pipe_closed  # noqa: E402
 
 # Each room's ``commands`` module has ``register(cli)``; the order is the help order.
 ROOM_COMMANDS = (
@@ -157,6 +174,8 @@ def _register_rooms(group: click.Group) -> None:
 
 
 _register_rooms(cli)
+if _STARTING and signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def main() -> None:

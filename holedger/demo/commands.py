@@ -62,6 +62,12 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
     help="Let the example optimizer also pick the task's overfitting shortcut (a lookup "
     "table of dev answers), for an audit to find: 'holedger audit --help'.",
 )
+@click.option(
+    "--task",
+    default=None,
+    help="A task name or folder to run the demo on (default: the bundled officeqa-lite); "
+    "its prepared edits, if any, are in the folder 'edits' beside its seed.",
+)
 @descriptor_options
 @click.pass_context
 def demo_cmd(
@@ -69,6 +75,7 @@ def demo_cmd(
     as_json: bool,
     backend: str | None,
     shortcuts: bool,
+    task: str | None,
     opt_model: str | None,
     opt_family: str | None,
     opt_release: str | None,
@@ -81,17 +88,23 @@ def demo_cmd(
     Creates the home if needed, pins the seed baseline (first time only), opens a run,
     runs the example optimizer in its own sandbox against the optimizer API, scores the
     nominated candidate on the held-out split, closes, replays and writes an HTML report.
-    Exit 0 when the run verifies and g is above the resolution band, 1 otherwise.
+    Exit 0 when the run verifies and g is above the resolution band, 1 otherwise; 130
+    when interrupted (Ctrl-C), after recording what ran and closing the run as aborted.
     --model and --harness (and the other descriptor options) sign who ran the search.
     """
-    from holedger.demo.run import run_demo
+    from holedger.demo.run import DEMO_TASK, run_demo
 
     descriptor = descriptor_from(
         opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
     )
     cfg = settings(ctx)
     summary = run_demo(
-        cfg, backend=backend, as_json=as_json, descriptor=descriptor, shortcuts=shortcuts
+        cfg,
+        backend=backend,
+        as_json=as_json,
+        descriptor=descriptor,
+        shortcuts=shortcuts,
+        task=task or DEMO_TASK,
     )
     if as_json:
         emit_json(summary.to_json())

@@ -17,12 +17,15 @@ The steps, all in this process except the optimizer and the trials:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import shutil
 import socket
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -32,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from holedger.config import Settings
+from holedger.demo.interrupt import in_daemon_thread, interrupted
 from holedger.errors import SandboxError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
@@ -149,13 +153,13 @@ def free_ports(n: int) -> list[int]:
             sock.close()
 
 
-def prepare_optimizer_dir(root: Path, seed_dir: Path, edits_dir: Path) -> Path:
-    """The optimizer's read-only tree: the program, the seed harness, the prepared edits."""
+def prepare_optimizer_dir(root: Path, edits_dir: Path) -> Path:
+    """The optimizer's read-only tree: the program and the prepared edits (its own plan).
+    It reads the seed harness through the API, as any optimizer does."""
     opt = root / "optimizer"
     opt.mkdir()
     shutil.copyfile(OPTIMIZER_SOURCE, opt / "optimizer.py")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(seed_dir, opt / "seed", ignore=ignore)
     if edits_dir.is_dir():
         shutil.copytree(edits_dir, opt / "edits", ignore=ignore)
     else:
@@ -247,7 +251,8 @@ def run_demo(
     shortcuts: bool = False,
 ) -> DemoSummary:
     """Run the whole demo; progress on stderr, the human summary on stdout (not with
-    ``as_json``: then the caller prints ``to_json()``)."""
+    ``as_json``: then the caller prints ``to_json()``). Interrupted (Ctrl-C), it records
+    what ran, closes its run as aborted, and raises KeyboardInterrupt (see interrupt.py)."""
     from holedger.demo.report import replay_in_home
     from holedger.server.serve import start_server
 
@@ -278,7 +283,8 @@ def run_demo(
         workers=workers,
         backend=chosen.name,
     )
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="demo")
+    run_id: str | None = None
+    fut_opt: concurrent.futures.Future[SandboxResult] | None = None
     try:
         service = server.service
         server_task = service.task(task)
@@ -301,10 +307,11 @@ def run_demo(
             transient=False,
         )
         with progress:
-            # 1. the pinned seed baseline (computed once per task)
+            # 1. the pinned seed baseline (computed once per task), scored in this thread
+            # so that an interrupt lands in it (its running trials end, nothing of the
+            # scoring is recorded, and the next demo finishes it)
             if not service.baseline_path(server_task).exists():
                 bar = progress.add_task("seed baseline: held-out trials", total=test_trials)
-                fut = pool.submit(service.ensure_baseline, task, backend=chosen.name)
 
                 def tick_baseline() -> None:
                     done = 0
@@ -312,7 +319,8 @@ def run_demo(
                         done += follower.poll(rid).get("HeldOutTrial", 0)
                     progress.update(bar, completed=done)
 
-                baseline = _wait(fut, tick_baseline)
+                with _ticking(tick_baseline):
+                    baseline = service.ensure_baseline(task, backend=chosen.name)
                 progress.update(bar, completed=test_trials)
             else:
                 baseline = service.ensure_baseline(task, backend=chosen.name)
@@ -326,12 +334,12 @@ def run_demo(
             follower.known.add(run_id)
             say(f"opened run {run_id}")
             seed_dir = server_task.seed_dir
-            opt_dir = prepare_optimizer_dir(private, seed_dir, seed_dir.parent / "edits")
+            opt_dir = prepare_optimizer_dir(private, seed_dir.parent / "edits")
             n_edits = sum(1 for p in (opt_dir / "edits").iterdir() if p.is_dir())
             api_port, gw_port = free_ports(2)
             spec = SandboxSpec(
                 code_dir=opt_dir,
-                argv=["python3", "optimizer.py", "--edits", "edits", "--seed", "seed"]
+                argv=["python3", "optimizer.py", "--edits", "edits"]
                 + (["--shortcuts"] if shortcuts else []),
                 env={
                     "HOLEDGER_API_URL": f"http://127.0.0.1:{api_port}/v1/runs/{run_id}",
@@ -351,9 +359,10 @@ def run_demo(
                     "held-out trials (test, K each)", total=test_trials
                 ),
             }
-            fut_opt = pool.submit(chosen.run, spec)
+            fut_opt = in_daemon_thread(chosen.run, spec)
 
             def tick_run() -> None:
+                assert run_id is not None
                 counts = follower.poll(run_id)
                 for key, bar in bars.items():
                     progress.update(bar, completed=counts.get(key, 0))
@@ -365,11 +374,7 @@ def run_demo(
                     progress.update(bar, total=follower.counts[run_id].get(key, 0))
 
         # 3. the optimizer's log, kept beside the report
-        cfg.reports_dir.mkdir(parents=True, exist_ok=True)
-        log_path = cfg.reports_dir / f"{run_id}.optimizer.jsonl"
-        log = parse_log(result.stdout)
-        log_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log))
-        (cfg.reports_dir / f"{run_id}.optimizer.stderr.txt").write_bytes(result.stderr)
+        log_path = save_optimizer_log(cfg, run_id, result)
         failures: list[str] = []
         if result.exit_status != 0 or result.timed_out:
             why = "timed out" if result.timed_out else f"exited with status {result.exit_status}"
@@ -378,15 +383,19 @@ def run_demo(
         state = service.state(run_id)
         if not state.closed:
             failures.append("the optimizer did not nominate; the run is closed as aborted")
-            ledger.close_run(run_id, reason="aborted", summary={"why": failures[0]})
+            from holedger.server.lifecycle import abort_run
+
+            abort_run(service, run_id, failures[0])
 
         # 4. replay and report
         # The demo's own home signed the run: its key is the one to pin.
         home_key = SigningKey.load(cfg.key_path).public
         report = replay_in_home(cfg, reader, run_id, trusted_keys=[home_key])
         report_path = write_report(reader, run_id, report, cfg.reports_dir / f"{run_id}.html")
+    except KeyboardInterrupt:
+        interrupted(cfg, server, run_id, fut_opt, say)
+        raise
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
         server.stop()
         reader.close()
         ledger.close()
@@ -398,6 +407,34 @@ def run_demo(
     if not as_json:
         print_summary(out, summary, report)
     return summary
+
+
+def save_optimizer_log(cfg: Settings, run_id: str, result: SandboxResult) -> Path:
+    """The optimizer's log (its stdout, one JSON object a line) and its stderr, kept
+    beside the run's report."""
+    cfg.reports_dir.mkdir(parents=True, exist_ok=True)
+    log_path = cfg.reports_dir / f"{run_id}.optimizer.jsonl"
+    log = parse_log(result.stdout)
+    log_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log))
+    (cfg.reports_dir / f"{run_id}.optimizer.stderr.txt").write_bytes(result.stderr)
+    return log_path
+
+
+@contextmanager
+def _ticking(tick: Callable[[], None], poll_s: float = POLL_S) -> Iterator[None]:
+    """Call ``tick`` every ``poll_s`` seconds in a daemon thread while the body runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(poll_s):
+            with contextlib.suppress(Exception):  # a progress bar never breaks the demo
+                tick()
+
+    threading.Thread(target=loop, name="demo-progress", daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
 
 
 def summarize(
