@@ -27,13 +27,15 @@ from holedger.server.descriptor_options import descriptor_from, descriptor_optio
 @contextlib.contextmanager
 def _service(ctx: click.Context, workers: int = 2) -> Iterator[Any]:
     from holedger.ledger.store import Ledger
+    from holedger.server.progress import terminal_progress
     from holedger.server.service import RunService
 
     cfg = settings(ctx)
     ledger = Ledger.from_settings(cfg)
     service = RunService(cfg, ledger, workers=workers)
     try:
-        yield service
+        with terminal_progress(service):
+            yield service
     finally:
         service.close()
         ledger.close()
