@@ -69,6 +69,10 @@ class PolicyError(HoledgerError):
     """A request breaks the run's protocol, budget or disclosure policy."""
 
 
+class RunClosedError(PolicyError):
+    """The run has closed (RunClosed is recorded): nothing more is appended to it."""
+
+
 class BudgetExceededError(PolicyError):
     """A request does not fit the remaining budget."""
 

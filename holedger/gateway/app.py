@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -44,7 +45,9 @@ from holedger.gateway.budget import (
     requested_max_tokens,
     usage_from_openai,
 )
+from holedger.gateway.closing import CLOSE_WAIT_S, RUN_CLOSED_CODE, RunGate, run_closed_message
 from holedger.gateway.config import GatewayConfig
+from holedger.gateway.fallback import refused_events as refused
 from holedger.gateway.limits import OutOfBounds, check_bounds
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.gateway.tokens import TokenClaims, TokenRegistry
@@ -70,6 +73,7 @@ from holedger.gateway.wire import (
     split_sse,
     sse_data,
 )
+from holedger.ledger.closing import register_gateway, unregister_gateway
 from holedger.ledger.store import Ledger
 from holedger.schemas.canonical import canonical_json, has_utf8_form
 from holedger.schemas.events import (
@@ -166,6 +170,7 @@ class _Call:
     forwarded: bool = False  # handed to the upstream (it may have done the work)
     recorded: bool = False  # its GatewayCall has been handed to the writer
     responded: bool = False  # the response has started (a streamed one is under way)
+    gated: str | None = None  # the run whose calls in flight count this one (RunGate)
 
     def attribute(self, claims: TokenClaims | CallerBinding) -> None:
         self.run_id = claims.run_id
@@ -234,6 +239,10 @@ class Gateway:
             assert upstream.base_url is not None
             self._upstream = HttpUpstream(upstream.base_url, headers, timeout_s=upstream.timeout_s)
         self._ids = _CallIds()
+        self.gate = RunGate()
+        self.writer.on_closed = self.gate.shut  # the ledger refused a run: it has closed
+        ledger.close_hooks.append(self.close_run)
+        self._instance = register_gateway(ledger.app.engine)
 
     # ------------------------------------------------------------------ public API
 
@@ -266,7 +275,19 @@ class Gateway:
         """Wait until every event so far is in the ledger."""
         return self.writer.flush(timeout)
 
+    def close_run(self, run_id: str) -> None:
+        """The run closes (the ledger's close hook, before RunClosed): refuse its calls,
+        wait for those in flight and write their events (gateway.closing)."""
+        self.gate.shut(run_id)
+        self.tokens.forget_run(run_id)
+        self.room.withdraw((run_id, None))  # its optimizer calls waiting for room end now
+        self.gate.wait_idle(run_id)
+        self.writer.flush(CLOSE_WAIT_S)
+
     def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.ledger.close_hooks.remove(self.close_run)
+        unregister_gateway(self.ledger.app.engine, self._instance)
         self.writer.close()
 
     # ------------------------------------------------------------------ ASGI
@@ -310,6 +331,8 @@ class Gateway:
                 self.room.leave()
             if call.tracked:
                 self._track(call, -1)
+            if call.gated is not None:
+                self.gate.leave(call.gated)
 
     async def _failed(self, call: _Call, exc: Exception, send: Send) -> None:
         """Record and answer a call that an unexpected error ended (``_record_failure``).
@@ -363,7 +386,8 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self._upstream.aclose()
-                await asyncio.to_thread(self.writer.flush, 30.0)
+                if self.writer.failure is None:  # a failing writer is not waited for
+                    await asyncio.to_thread(self.writer.flush, 30.0)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -385,6 +409,10 @@ class Gateway:
         claims = self.tokens.lookup(token)
         if claims is None:
             raise _Denial(401, "invalid_request_error", "invalid_token", "unknown token")
+        if claims.run_closed or not self.gate.enter(claims.run_id):
+            call.run_id = None  # nothing more is recorded in a closed run
+            raise _closed(claims.run_id)
+        call.gated = claims.run_id
         state = claims.state()
         code = None
         if state != "live":
@@ -524,7 +552,7 @@ class Gateway:
         call.tracked = True
         raw = await self._read_body(call, scope, receive)
         call.request_bytes = raw
-        self._still_live(scope)
+        self._still_live(call, scope)
         body = _parse_chat(raw)
         call.stream = bool(body.get("stream"))
         call.model_requested = body["model"]
@@ -567,7 +595,7 @@ class Gateway:
             # then look at the token again: a close_trial that revoked it just before
             # found no waiter to withdraw.
             await asyncio.sleep(0)
-            self._still_live(scope)
+            self._still_live(call, scope)
             while True:
                 either: set[asyncio.Future[Any]] = {waiting, gone}
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -590,7 +618,7 @@ class Gateway:
         why = waiting.result()
         # However the wait ended, granted or not: a trial that ended meanwhile
         # (close_trial withdraws its waiters) has its own call refused as such, finally.
-        self._still_live(scope)
+        self._still_live(call, scope)
         if why == "failed":
             raise _Denial(
                 503, "server_error", "ledger_unavailable", "the gateway cannot write its ledger"
@@ -605,9 +633,19 @@ class Gateway:
                 retry=True,
             )
 
-    def _still_live(self, scope: Scope) -> None:
+    def _unrecord(self, call: _Call) -> None:
+        """Record nothing of ``call`` (its run has closed), and stop counting it."""
+        if call.tracked:
+            call.tracked = False
+            self._track(call, -1)
+        call.run_id = None
+
+    def _still_live(self, call: _Call, scope: Scope) -> None:
         token = bearer_token(scope)
         claims = self.tokens.lookup(token) if token is not None else None
+        if claims is not None and (claims.run_closed or self.gate.is_closed(claims.run_id)):
+            self._unrecord(call)
+            raise _closed(claims.run_id)
         state = claims.state() if claims is not None else "revoked"
         if state != "live":
             raise _Denial(
@@ -948,7 +986,7 @@ class Gateway:
             safety=safety,
             latency_ms=int((time.perf_counter() - call.t0) * 1000),
         )
-        item = Submission(call.run_id, build=outcome.events)
+        item = Submission(call.run_id, build=outcome.events, fallback=partial(refused, snapshot))
         # Handing the event to the writer is the commit point: the flags say so first, so
         # a fault after it can never record the call twice or give its room back twice.
         admitted, call.admitted, call.recorded = call.admitted, False, True
@@ -1119,6 +1157,11 @@ class _StreamPump:
                     if not self.client_wants_usage and not obj.get("choices"):
                         return b""
         return event + b"\n\n"
+
+
+def _closed(run_id: str) -> _Denial:
+    """The refusal of a call of a closed run (recorded nowhere: the run takes no events)."""
+    return _Denial(403, "permission_error", RUN_CLOSED_CODE, run_closed_message(run_id))
 
 
 def _text(value: str | None) -> str | None:

@@ -24,7 +24,9 @@ from holedger.config import Settings
 def token_command(
     settings: Settings, run: str, scope: str, ttl_s: int | None, as_json: bool
 ) -> None:
-    """Print a gateway token for RUN's optimizer scope (metered, not capped)."""
+    """Print a gateway token for RUN's optimizer scope (metered and capped); a closed
+    run is refused: its tokens died with it."""
+    from holedger.errors import RunClosedError
     from holedger.gateway.tokens import TokenRegistry
     from holedger.ledger.store import Ledger
 
@@ -32,6 +34,11 @@ def token_command(
     try:
         run_id = ledger.resolve_run(run)
         ledger.run_terms(run_id)
+        if ledger.is_closed(run_id):
+            raise RunClosedError(
+                f"run {run_id} is closed: its tokens died with it",
+                hint="open a new run ('holedger run open') for more calls",
+            )
         token = TokenRegistry(ledger.app.engine).issue_optimizer_token(run_id, ttl_s=ttl_s)
     finally:
         ledger.close()

@@ -22,14 +22,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from holedger.errors import LedgerConflictError
+from holedger.errors import (
+    CanonicalError,
+    LedgerConflictError,
+    RunClosedError,
+    SchemaError,
+    UsageError,
+)
 from holedger.ledger.store import Ledger
 from holedger.schemas.types import Role
 
 log = logging.getLogger("holedger.gateway")
 MAX_BATCH = 256
+# What the ledger raises for events it can never write (not a failure of the ledger).
+_REFUSED = (CanonicalError, SchemaError, UsageError, ValidationError, ValueError, TypeError)
 
 
 Events = list[tuple[str, BaseModel, Role]]
@@ -44,6 +52,9 @@ class Submission:
     events: Events = field(default_factory=list)
     blobs: list[bytes] = field(default_factory=list)
     build: Callable[[], tuple[Events, list[bytes]]] | None = None
+    # Events recording the call as refused, when its own events cannot be built or
+    # written (given the reason): the writer goes on either way.
+    fallback: Callable[[str], Events] | None = None
 
 
 _FLUSH = "flush"
@@ -71,6 +82,10 @@ class EventWriter:
         self.on_progress: Callable[[], None] | None = None
         self._abandon = False
         self.lost = 0  # submissions given up unwritten (only when closing while failing)
+        self.unbuildable = 0  # submissions replaced by their fallback
+        self.dropped_closed = 0  # groups dropped because their run had closed
+        # Called on the writer thread with a run the ledger refused as closed.
+        self.on_closed: Callable[[str], None] | None = None
         self._thread = threading.Thread(target=self._run, name="holedger-gateway-writer")
         self._thread.daemon = True
         self._thread.start()
@@ -111,7 +126,9 @@ class EventWriter:
             return self._cond.wait_for(lambda: self._done >= target, timeout=timeout)
 
     def close(self, timeout: float = 30.0) -> None:
-        if not self.flush(timeout):
+        # A writer that cannot write now is not waited for: shutting down must not hang
+        # on a broken ledger (what is lost is logged, and counted in ``lost``).
+        if self.failure is not None or not self.flush(timeout):
             self._abandon = True  # shutting down while the ledger is unwritable
         self._queue.put(_STOP)
         self._thread.join(timeout)
@@ -169,52 +186,117 @@ class EventWriter:
         return batch, False
 
     def _write(self, batch: list[Submission]) -> bool:
-        """Write ``batch``; False if it was given up (closing while the ledger fails)."""
-        # Blobs first: an event never refers to a blob that is not yet stored.
-        by_run: dict[str, Events] = {}
-        blobs: list[bytes] = []
+        """Write ``batch``; False if it was given up (closing while the ledger fails).
 
-        def gather() -> None:
-            by_run.clear()
-            blobs.clear()
-            for item in batch:
-                events = by_run.setdefault(item.run_id, [])
-                events += item.events
-                blobs.extend(item.blobs)
-                if item.build is not None:
-                    more_events, more_blobs = item.build()
-                    events += more_events
-                    blobs.extend(more_blobs)
-
-        # failing here is a bug: the gateway fails closed
-        if not self._retrying(gather, recovers=False):
-            return False
-        unique = list(dict.fromkeys(blobs))
-        if not by_run and unique and not self._retrying(partial(self.ledger.put_blobs, unique)):
-            return False
-        # The blobs go into the first run's transaction, with its events and before them;
-        # any other run's events are written after that transaction has committed.
+        Each submission is built on its own: one whose events cannot be built is replaced
+        by its ``fallback`` (see :class:`Submission`), and the others are written. A run's
+        group the ledger refuses as such (an event it cannot encode) is written one
+        submission at a time, so only the bad one is replaced; a closed run's events are
+        dropped (nothing follows RunClosed). Neither stops the writer.
+        """
+        by_run: dict[str, list[tuple[Submission, Events, list[bytes]]]] = {}
+        for item in batch:
+            events, blobs = self._build(item)
+            by_run.setdefault(item.run_id, []).append((item, events, blobs))
+        # Blobs first: an event never refers to a blob that is not yet stored. They go
+        # into the first run's transaction, with its events and before them; any other
+        # run's events are written after that transaction has committed.
+        unique = list(
+            dict.fromkeys(b for group in by_run.values() for _, _, bs in group for b in bs)
+        )
+        if not by_run and unique:
+            return self._retrying(partial(self.ledger.put_blobs, unique)) != "abandoned"
         written = True
-        for index, (run_id, events) in enumerate(by_run.items()):
-            with_blobs = unique if index == 0 else []
-            append = partial(self.ledger.append_many, run_id, events, blobs=with_blobs)
-            written = self._retrying(append) and written
+        pending_blobs = unique
+        for run_id, group in by_run.items():
+            events = [event for _, evs, _ in group for event in evs]
+            outcome = self._append(run_id, events, pending_blobs)
+            if outcome == "refused":
+                outcome = self._append_one_by_one(run_id, group, pending_blobs)
+            if outcome == "written":
+                pending_blobs = []
+            elif outcome == "closed" and self.on_closed is not None:
+                self.on_closed(run_id)
+            written = outcome != "abandoned" and written
         return written
 
-    def _retrying(self, action: Callable[[], object], *, recovers: bool = True) -> bool:
+    def _build(self, item: Submission) -> tuple[Events, list[bytes]]:
+        events, blobs = list(item.events), list(item.blobs)
+        if item.build is None:
+            return events, blobs
+        try:
+            more_events, more_blobs = item.build()
+        except Exception as exc:  # one call's event, not the writer: replace it
+            log.error("gateway event could not be built: %s: %s", type(exc).__name__, exc)
+            self.unbuildable += 1
+            return self._fallback(item, exc)
+        return events + more_events, blobs + more_blobs
+
+    def _fallback(self, item: Submission, exc: Exception) -> tuple[Events, list[bytes]]:
+        if item.fallback is None:
+            return [], []
+        try:
+            return item.fallback(f"{type(exc).__name__}: {exc}"[:200]), []
+        except Exception:
+            log.exception("gateway event writer: the fallback event failed too")
+            return [], []
+
+    def _append(self, run_id: str, events: Events, blobs: list[bytes]) -> str:
+        """ "written", "closed" (dropped), "refused" (the ledger refused the events as
+        such) or "abandoned" (closing while the ledger fails)."""
+        if not events:  # every event of the group was dropped: keep its blobs anyway
+            if not blobs:
+                return "written"
+            return self._retrying(partial(self.ledger.put_blobs, blobs))
+        append = partial(self.ledger.append_many, run_id, events, blobs=blobs)
+        return self._retrying(append)
+
+    def _append_one_by_one(
+        self,
+        run_id: str,
+        group: list[tuple[Submission, Events, list[bytes]]],
+        blobs: list[bytes],
+    ) -> str:
+        result = "written"
+        for item, events, _ in group:
+            outcome = self._append(run_id, events, blobs)
+            if outcome == "refused":
+                self.unbuildable += 1
+                log.error("gateway event of run %s refused by the ledger: replaced", run_id)
+                fallback, _ = self._fallback(item, ValueError("the ledger refused the event"))
+                outcome = self._append(run_id, fallback, blobs) if fallback else "written"
+                if outcome == "refused":
+                    outcome = "written"  # nothing more can be done for this one call
+            if outcome == "written":
+                blobs = []
+            elif outcome == "abandoned":
+                return outcome
+            else:
+                result = outcome
+        return result
+
+    def _retrying(self, action: Callable[[], object]) -> str:
         """Run ``action`` until it succeeds: audit events are never dropped. While it
         fails, ``failure`` is set and the gateway refuses new calls (it fails closed); a
-        success clears it when ``recovers`` (the ledger took a write). False only when
-        given up, at shutdown."""
+        success clears it. Returns "written"; "closed" when the run has closed (its
+        events are dropped: nothing follows RunClosed); "refused" when the ledger refuses
+        the events themselves (retrying could never succeed); "abandoned" only when given
+        up, at shutdown."""
         attempt = 0
         while not self._abandon:
             try:
                 action()
-                if recovers:
-                    self.failure = None
-                return True
+                self.failure = None
+                return "written"
             except LedgerConflictError:
                 time.sleep(0.001 * min(attempt + 1, 50))  # another writer of the run: retry
+            except RunClosedError as exc:
+                self.dropped_closed += 1
+                log.warning("gateway events dropped: %s", exc)
+                return "closed"
+            except _REFUSED as exc:
+                log.error("gateway event refused: %s: %s", type(exc).__name__, exc)
+                return "refused"
             except Exception as exc:  # keep the thread alive; the gateway fails closed
                 first = self.failure is None
                 if first:
@@ -225,7 +307,7 @@ class EventWriter:
                 time.sleep(min(1.0, 0.05 * (attempt + 1)))
             attempt += 1
         log.error("gateway event writer stopped with events unwritten: %s", self.failure)
-        return False
+        return "abandoned"
 
 
 class EventRoom:

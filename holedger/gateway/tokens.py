@@ -4,7 +4,9 @@ A token is 32 random bytes (``hlg_`` + URL-safe base64). Only its SHA-256 is sto
 the ``holedger_gateway_tokens`` table of the ledger database, so ``holedger token`` in one
 process and the gateway in another agree. A presented token is hashed, looked up by its
 hash and compared with ``hmac.compare_digest``. A trial token dies when its trial ends
-(:meth:`TokenRegistry.revoke_trial`) or when it expires.
+(:meth:`TokenRegistry.revoke_trial`) or when it expires; every token of a run dies when
+the run closes (ledger.closing marks it; a token's claims carry the mark), and no token
+is issued for a closed run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from holedger.errors import UsageError
+from holedger.errors import RunClosedError, UsageError
+from holedger.ledger import closing
 
 log = logging.getLogger("holedger.gateway")
 TOKEN_PREFIX = "hlg_"
@@ -62,9 +65,10 @@ class TokenClaims:
     attempt: int | None = None
     expires_at: int | None = None
     revoked: bool = False
+    run_closed: bool = False  # its run has closed: the token is dead with it
 
     def state(self, now: float | None = None) -> TokenState:
-        if self.revoked:
+        if self.revoked or self.run_closed:
             return "revoked"
         if self.expires_at is not None and (now or time.time()) >= self.expires_at:
             return "expired"
@@ -91,10 +95,14 @@ class TokenRegistry:
     for the database.
     """
 
-    def __init__(self, engine: Engine, *, cache_ttl_s: float = 2.0) -> None:
+    def __init__(
+        self, engine: Engine, *, cache_ttl_s: float = closing.CLOSE_VISIBLE_WITHIN_S
+    ) -> None:
         self.engine = engine
-        self.cache_ttl_s = cache_ttl_s
+        # A close waits this long for other processes' gateways (ledger.closing): no more.
+        self.cache_ttl_s = min(cache_ttl_s, closing.CLOSE_VISIBLE_WITHIN_S)
         _metadata.create_all(engine, checkfirst=True)
+        closing.create_tables(engine)
         self._cache: dict[str, tuple[float, TokenClaims | None]] = {}
         self._lock = threading.Lock()
         self._revocations = 0  # counts revocations, so a read that overlapped one is dropped
@@ -128,6 +136,11 @@ class TokenRegistry:
         return self._issue(TokenClaims(run_id, "optimizer", expires_at=expires))
 
     def _issue(self, claims: TokenClaims) -> str:
+        if closing.is_marked_closed(self.engine, claims.run_id):
+            raise RunClosedError(
+                f"run {claims.run_id} is closed: its tokens died with it",
+                hint="open a new run for more calls",
+            )
         token = new_token()
         digest = token_hash(token)
         with self.engine.begin() as conn:
@@ -161,6 +174,15 @@ class TokenRegistry:
         with self._lock:
             self._revocations += 1
             self._cache.pop(digest, None)
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop the cached claims of ``run_id``'s tokens (its run has closed: they are
+        read again, with the close)."""
+        with self._lock:
+            self._revocations += 1
+            stale = [k for k, (_, c) in self._cache.items() if c is not None and c.run_id == run_id]
+            for key in stale:
+                self._cache.pop(key, None)
 
     def revoke_trial(self, run_id: str, trial_id: str) -> None:
         """Kill every token of a trial (called when the trial ends)."""
@@ -251,6 +273,7 @@ class TokenRegistry:
         if not hmac.compare_digest(str(row.token_hash), digest):
             return None
         scope: Scope = "optimizer" if row.scope == "optimizer" else "target"
+        closed = closing.is_marked_closed(self.engine, str(row.run_id))
         return TokenClaims(
             run_id=str(row.run_id),
             scope=scope,
@@ -260,4 +283,5 @@ class TokenRegistry:
             attempt=row.attempt,
             expires_at=row.expires_at,
             revoked=bool(row.revoked),
+            run_closed=closed,
         )

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +61,11 @@ from holedger.errors import (
     HoledgerError,
     LedgerConflictError,
     NotFoundError,
+    RunClosedError,
     UsageError,
     VerificationError,
 )
+from holedger.ledger import closing
 from holedger.ledger.failures import storage_error
 from holedger.ledger.keys import NO_HOME_HINT, SigningKey
 from holedger.ledger.merkle import MerkleFrontier
@@ -398,6 +401,9 @@ class RunInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+CLOSE_ATTEMPTS = 50
+
+
 class Ledger:
     """The ledger of many runs: append signed events, store blobs, read records back."""
 
@@ -435,6 +441,9 @@ class Ledger:
             )
         self._heads: dict[str, _Head] = {}
         self._lock = threading.RLock()
+        # Called with a run id before its RunClosed is appended (a gateway of this
+        # process ends the run's calls there); see ledger.closing.
+        self.close_hooks: list[Callable[[str], None]] = []
 
     def _has_tables(self) -> bool:
         try:
@@ -572,6 +581,13 @@ class Ledger:
                     f"run {run_id} is at seq {head.next_seq}, not {expected_seq}",
                     hint="re-read the run and decide again",
                 )
+            if head.closed:
+                # Nothing follows RunClosed and its Checkpoint, whoever writes: a writer
+                # whose cached head predates the close loses the seq race above or here.
+                raise RunClosedError(
+                    f"run {run_id} is closed: nothing more is recorded in it",
+                    hint="open a new run",
+                )
             new_head = _Head(
                 head.next_seq, head.last_hash, head.frontier.copy(), head.since_checkpoint
             )
@@ -601,6 +617,7 @@ class Ledger:
                 # caller's retry re-reads the run from the database.
                 self._heads.pop(run_id, None)
                 raise
+            new_head.closed = any(event_type == "RunClosed" for event_type, _, _ in items)
             self._heads[run_id] = new_head
             return list(records)
 
@@ -643,9 +660,29 @@ class Ledger:
     def close_run(
         self, run_id: str, reason: str = "completed", summary: dict[str, Any] | None = None
     ) -> list[Record]:
-        """RunClosed, then the final Checkpoint covering every event of the run."""
+        """RunClosed, then the final Checkpoint covering every event of the run; every
+        token of the run dies first, in the order ledger.closing describes."""
         payload = RunClosed(reason=reason, summary=summary or {})
+        if self._head(run_id).closed:
+            raise RunClosedError(f"run {run_id} is already closed")
+        closing.mark_closed(self.app.engine, run_id)
+        for hook in list(self.close_hooks):
+            hook(run_id)
+        if closing.gateway_elsewhere(self.app.engine):
+            time.sleep(closing.CLOSE_VISIBLE_WITHIN_S)
+        for _ in range(CLOSE_ATTEMPTS):  # RunClosed depends on no decision: a lost race
+            try:  # with another writer (a call recorded just before) is simply retried
+                return self.append_many(run_id, [("RunClosed", payload, "server")])
+            except LedgerConflictError:
+                continue
         return self.append_many(run_id, [("RunClosed", payload, "server")])
+
+    def is_closed(self, run_id: str) -> bool:
+        """Whether the run is closed, or closing (its tokens are dead)."""
+        engine = self.app.engine
+        return closing.is_marked_closed(engine, run_id) or closing.has_run_closed_event(
+            engine, self.app.events_table, run_uuid(run_id)
+        )
 
     # ---------------------------------------------------------------- reading
 
@@ -795,6 +832,10 @@ class Ledger:
                 last = self.last_record(run_id)
                 payload = first.payload if first.type == "RunOpened" else {}
                 reason = self._closed(run_id, last.seq) if last.type == "Checkpoint" else None
+                if reason is None and closing.has_run_closed_event(
+                    self.app.engine, self.app.events_table, run_uuid(run_id)
+                ):
+                    reason = "?"  # closed, with events after RunClosed (replay fails it)
                 closed = reason is not None
             except VerificationError:
                 infos.append(RunInfo(run_id, "?", "?", 0, "damaged", "?"))

@@ -106,6 +106,10 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         claims = registry.lookup(token.strip())
         if claims is None or claims.scope != "optimizer":
             raise ApiError(401, "unauthorized", "unknown token")
+        if claims.run_closed:
+            raise ApiError(
+                403, "run_closed", f"run {claims.run_id} is closed: its tokens died with it"
+            )
         if claims.state() != "live":
             raise ApiError(401, "unauthorized", f"token is {claims.state()}")
         if claims.run_id != run_id:
