@@ -37,10 +37,21 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
         result = render_run_report(cfg, run, output, progress)
     if as_json:
         emit_json(
-            {"run_id": result.run_id, "report": str(result.path), "verified": result.verified}
+            {
+                "run_id": result.run_id,
+                "report": str(result.path),
+                "verified": result.verified,
+                "verdict": result.report.verdict,
+            }
         )
     else:
-        state = "[green]verified[/]" if result.verified else "[bold red]FAILED verification[/]"
+        state = (
+            "[bold red]FAILED verification[/]"
+            if not result.verified
+            else "[yellow]verified (aborted)[/]"
+            if result.report.aborted
+            else "[green]verified[/]"
+        )
         console().print(
             f"run {result.run_id}: {state}; report written to {plain(result.path)}",
             soft_wrap=True,  # the path must copy whole

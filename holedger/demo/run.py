@@ -512,7 +512,7 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
     out.print(table("budget", ["component", "used", "limit", "percent"], rows))
     warnings = [c.name for c in report.checks if c.level == "warning" and not c.ok]
     if s.verified:
-        verdict = f"[bold green]VERIFIED[/] ({report.events} events, {len(report.checks)} checks"
+        verdict = f"{report.verdict_text} ({report.events} events, {len(report.checks)} checks"
         verdict += f"; warnings: {', '.join(warnings)})" if warnings else ")"
     else:
         failed = ", ".join(report.failed_checks())

@@ -157,6 +157,11 @@ def test_the_cli_aborts_lists_replays_and_leaves_it_out_of_analyses(
     replay_json = json.loads(run("replay", run_id, "--json").output)
     assert replay_json["verdict"] == "verified-aborted" and replay_json["aborted"] is True
 
+    page = service.settings.home / "page.html"
+    reported = run("report", run_id, "-o", str(page), "--json")
+    assert reported.exit_code == 0 and json.loads(reported.output)["verdict"] == "verified-aborted"
+    assert "VERIFIED (aborted" in page.read_text()
+
     again = run("run", "abort", run_id, "--reason", "twice")
     assert again.exit_code == 3 and "already closed" in again.output
 

@@ -79,7 +79,9 @@ def render_html(data: RunData, report: ReplayReport) -> str:
             ("leakage", "leakage"),
         )
     )
-    state = "verified" if report.verified else "FAILED verification"
+    state = {"verified-aborted": "verified (aborted)", "failed": "FAILED verification"}.get(
+        report.verdict, "verified"
+    )
     body = "".join(
         [
             verdict_section(report, data),

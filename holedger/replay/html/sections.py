@@ -27,7 +27,9 @@ def _section(sid: str, title: str, body: str) -> str:
 def verdict_section(report: ReplayReport, data: RunData) -> str:
     ok = report.verified
     badge = (
-        '<p class="verdict ok">VERIFIED</p>'
+        '<p class="verdict ok">VERIFIED (aborted: closed without a score)</p>'
+        if ok and report.aborted
+        else '<p class="verdict ok">VERIFIED</p>'
         if ok
         else '<p class="verdict bad">VERIFICATION FAILED</p>'
     )
