@@ -1,15 +1,19 @@
-"""The model gateway: an OpenAI-compatible ASGI app that meters and records every call.
+"""The model gateway: an ASGI app that meters and records every call.
 
-``POST /v1/chat/completions`` (plain and SSE) and ``GET /v1/models``; anything else is a
-404 in the OpenAI error shape. Each call is checked in this order, and the first failing
-check answers (nothing is forwarded):
+Each wire format in ``holedger.gateway.formats`` (chat completions, Responses,
+embeddings, Anthropic Messages and count_tokens; plain and SSE) is served on its path,
+and ``GET /v1/models``; anything else is a 404 in the OpenAI error shape. Each call is
+checked in this order, and the first failing check answers (nothing is forwarded), in
+the error shape of the call's format:
 
 1. the token: present (401), known (401), live, and issued for the caller the listener
    expects (403, plus a SafetyViolation "foreign_token");
-2. the body: at most ``max_body_bytes`` (413), JSON (400), a chat request (400);
+2. the body: at most ``max_body_bytes`` (413), JSON (400), a request of the format (400),
+   no server-side tool the terms do not allow (403);
 3. the model: exactly in the scope's allow-list (403, SafetyViolation "model_not_allowed");
    an alias is resolved only afterwards and both names are recorded;
-4. the budget (target scope): reserve ``prompt bound + n * max_tokens`` or answer 402.
+4. an upstream that serves the model in this format (400);
+5. the budget (target scope): reserve ``prompt bound + n * output limit`` or answer 402.
 
 Every call that can be attributed to a run becomes one signed GatewayCall event. Budget
 decisions and settlements hand their event to the writer while holding the run's budget
@@ -37,27 +41,16 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from holedger.errors import NotFoundError
-from holedger.gateway.budget import (
-    RunBudget,
-    add_usage,
-    choices_count,
-    prompt_upper_bound,
-    requested_max_tokens,
-    usage_from_openai,
-)
+from holedger.gateway.budget import RunBudget, add_usage
 from holedger.gateway.closing import CLOSE_WAIT_S, RUN_CLOSED_CODE, RunGate, run_closed_message
 from holedger.gateway.config import GatewayConfig
+from holedger.gateway.denial import Denial as _Denial
 from holedger.gateway.fallback import refused_events as refused
-from holedger.gateway.limits import OutOfBounds, check_bounds
+from holedger.gateway.formats import CHAT, Limits, UsageError, WireFormat, format_for_path
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
+from holedger.gateway.routing import Poster, Router
 from holedger.gateway.tokens import TokenClaims, TokenRegistry
-from holedger.gateway.upstream import (
-    AsgiUpstream,
-    HttpUpstream,
-    Upstream,
-    UpstreamError,
-    upstream_headers,
-)
+from holedger.gateway.upstream import UpstreamError
 from holedger.gateway.wire import (
     JSON_TYPE,
     NO_RETRY,
@@ -68,10 +61,7 @@ from holedger.gateway.wire import (
     Scope,
     Send,
     bearer_token,
-    error_body,
     send_bytes,
-    split_sse,
-    sse_data,
 )
 from holedger.ledger.closing import register_gateway, unregister_gateway
 from holedger.ledger.store import Ledger
@@ -86,11 +76,7 @@ from holedger.schemas.events import (
 from holedger.schemas.types import Role, exact_count
 
 log = logging.getLogger("holedger.gateway")
-CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
-# Request fields with which an OpenAI-compatible router or proxy picks other models
-# (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
-MODEL_SWITCH_FIELDS = ("models", "fallbacks")
 ZERO = TokenUsage()
 # How long a call waits for room while the event writer is behind (then 503 ledger_behind).
 HOLD_TIMEOUT_S = 30.0
@@ -140,6 +126,7 @@ class _Tally:
 class _RunState:
     models: frozenset[str]
     budget: RunBudget
+    server_tools: frozenset[str] = frozenset()  # server-side tools the terms allow
 
 
 @dataclass
@@ -149,6 +136,7 @@ class _Call:
     call_id: str
     t0: float
     endpoint: str
+    fmt: WireFormat = CHAT
     run_id: str | None = None
     scope: Literal["target", "optimizer"] = "target"
     request_id: str | None = None
@@ -179,19 +167,6 @@ class _Call:
         self.trial_id = claims.trial_id
         self.case_id = claims.case_id
         self.attempt = claims.attempt
-
-
-@dataclass
-class _Denial(Exception):
-    status: int
-    err_type: str
-    code: str
-    message: str
-    param: str | None = None
-    safety: str | None = None
-    extra_runs: list[str] = field(default_factory=list)
-    recorded: bool = False
-    retry: bool = False  # nothing was forwarded and trying again may succeed
 
 
 class _CallIds:
@@ -226,18 +201,12 @@ class Gateway:
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._tally_cond = threading.Condition()
         self._bindings: dict[str, CallerBinding] = {}
-        upstream = self.config.upstream
-        if upstream_app is None and upstream.simulator:
-            from holedger.gateway.sim_server import create_simulator_app
-
-            upstream_app = create_simulator_app(seed=upstream.simulator_seed)
-        headers = upstream_headers(upstream.api_key())
-        self._upstream: Upstream
-        if upstream_app is not None:
-            self._upstream = AsgiUpstream(upstream_app, headers, upstream.timeout_s)
-        else:
-            assert upstream.base_url is not None
-            self._upstream = HttpUpstream(upstream.base_url, headers, timeout_s=upstream.timeout_s)
+        self._router = Router(self.config, upstream_app)
+        self._limits = Limits(
+            default_max_tokens=self.config.default_max_tokens,
+            max_tokens_field=self.config.max_tokens_field,
+            media_part_tokens=self.config.media_part_tokens,
+        )
         self._ids = _CallIds()
         self.gate = RunGate()
         self.writer.on_closed = self.gate.shut  # the ledger refused a run: it has closed
@@ -300,17 +269,20 @@ class Gateway:
             return
         path, method = scope["path"], scope["method"]
         call = _Call(self._ids.next(), time.perf_counter(), path)
+        fmt = format_for_path(path)
+        if fmt is not None:
+            call.fmt = fmt
         if self.writer.failure is not None:
             # Fail closed: a call that cannot be recorded is not forwarded.
-            body = error_body(
-                "the gateway cannot write its ledger", "server_error", "ledger_unavailable"
+            body = call.fmt.error_body(
+                503, "server_error", "ledger_unavailable", "the gateway cannot write its ledger"
             )
             await send_bytes(send, 503, body, [JSON_TYPE, NO_RETRY])
             return
         try:
             try:
-                if path == CHAT_PATH and method == "POST":
-                    await self._chat(call, scope, receive, send)
+                if fmt is not None and method == "POST":
+                    await self._format_call(call, fmt, scope, receive, send)
                 elif path == MODELS_PATH and method == "GET":
                     await self._models(call, scope, send)
                 else:
@@ -343,11 +315,12 @@ class Gateway:
         """
         reason = f"gateway error: {type(exc).__name__}"
         self._record_failure(call, reason)
-        body = error_body(reason, "server_error", "gateway_error")
+        body = call.fmt.error_body(500, "server_error", "gateway_error", reason)
         with contextlib.suppress(Exception):  # the client may be gone, or the answer begun
             if call.responded:
+                event = call.fmt.stream_error(500, "server_error", "gateway_error", reason)
                 message = {"type": "http.response.body", "more_body": False}
-                await send({**message, "body": b"data: " + body + b"\n\n"})
+                await send({**message, "body": event})
             else:
                 headers = [JSON_TYPE, NO_RETRY]
                 if call.run_id is not None:
@@ -385,7 +358,7 @@ class Gateway:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self._upstream.aclose()
+                await self._router.aclose()
                 if self.writer.failure is None:  # a failing writer is not waited for
                     await asyncio.to_thread(self.writer.flush, 30.0)
                 await send({"type": "lifespan.shutdown.complete"})
@@ -481,7 +454,11 @@ class Gateway:
                     tally.calls += 1
                     tally.tokens = add_usage(tally.tokens, payload.tokens)
                     tally.count_failure(payload.status, payload.code, payload.reason)
-        return _RunState(frozenset(opened.terms.models), run_budget)
+        return _RunState(
+            frozenset(opened.terms.models),
+            run_budget,
+            frozenset(getattr(opened.terms, "server_tools", None) or ()),
+        )
 
     def _allowed_models(self, claims: TokenClaims) -> frozenset[str]:
         run = self._run_state(claims.run_id)
@@ -543,7 +520,9 @@ class Gateway:
             send, 200, body, [JSON_TYPE, (b"x-holedger-call-id", call.call_id.encode())]
         )
 
-    async def _chat(self, call: _Call, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _format_call(
+        self, call: _Call, fmt: WireFormat, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         claims = self._authenticate(call, scope)
         # In flight from here, so close_trial waits for this call (and counts it) even
         # while its body is still arriving; and the token is checked again once the body
@@ -553,8 +532,8 @@ class Gateway:
         raw = await self._read_body(call, scope, receive)
         call.request_bytes = raw
         self._still_live(call, scope)
-        body = _parse_chat(raw)
-        call.stream = bool(body.get("stream"))
+        body = fmt.parse(raw, self._tools_allowed(claims))
+        call.stream = fmt.streams(body)
         call.model_requested = body["model"]
         if body["model"] not in self._allowed_models(claims):
             raise _Denial(
@@ -566,15 +545,26 @@ class Gateway:
                 safety="model_not_allowed",
             )
         call.model_served = self.config.aliases.get(body["model"], body["model"])
-        forwarded = self._rewrite(call, body)
+        route = self._router.route(call.model_served, fmt)
+        rewritten = fmt.rewrite(body, call.model_served, self._limits)
+        call.max_tokens_imposed = rewritten.max_tokens_imposed
+        forwarded = rewritten.body
+        headers = fmt.upstream_headers(dict(scope.get("headers", ())))
         # Every refusal the request itself earns is decided above; only a call that would
         # be forwarded waits for room.
         await self._admit(call, scope, receive)
-        self._reserve(call, claims, len(forwarded), body)
+        if fmt.metered:
+            prompt = fmt.prompt_bound(len(forwarded), body, self._limits)
+            self._reserve(call, claims, prompt, rewritten.choices, rewritten.output_limit)
+        post = route.poster(fmt, headers)
         if call.stream:
-            await self._forward_stream(call, forwarded, body, receive, send)
+            await self._forward_stream(call, post, forwarded, body, receive, send)
         else:
-            await self._forward(call, forwarded, send)
+            await self._forward(call, post, forwarded, send)
+
+    def _tools_allowed(self, claims: TokenClaims) -> frozenset[str]:
+        """Server-side tools (run by the provider) a call of this run may name."""
+        return self._run_state(claims.run_id).server_tools
 
     async def _admit(self, call: _Call, scope: Scope, receive: Receive) -> None:
         """Take room for this call's event before anything is forwarded (EventRoom).
@@ -652,33 +642,13 @@ class Gateway:
                 403, "permission_error", f"token_{state}", f"token refused ({state} meanwhile)"
             )
 
-    def _rewrite(self, call: _Call, body: dict[str, Any]) -> bytes:
-        out = dict(body)
-        out["model"] = call.model_served
-        if "max_tokens" in body and "max_completion_tokens" in body:
-            # Upstreams differ in which of the two they honour: send the one that was
-            # reserved (the smaller) in both.
-            out["max_tokens"] = out["max_completion_tokens"] = requested_max_tokens(body)
-        if requested_max_tokens(body) is None:
-            out[self.config.max_tokens_field] = self.config.default_max_tokens
-            call.max_tokens_imposed = self.config.default_max_tokens
-        if call.stream:
-            options = out.get("stream_options")
-            options = dict(options) if isinstance(options, dict) else {}
-            options["include_usage"] = True
-            out["stream_options"] = options
-        text = json.dumps(out, separators=(",", ":"), ensure_ascii=False)
-        try:
-            return text.encode()
-        except UnicodeEncodeError:  # a lone surrogate ("\ud800"): keep it as an escape
-            return json.dumps(out, separators=(",", ":")).encode()
-
-    def _reserve(self, call: _Call, claims: TokenClaims, size: int, body: dict[str, Any]) -> None:
-        max_tokens = call.max_tokens_imposed or requested_max_tokens(body) or 0
-        prompt = prompt_upper_bound(size, body, self.config.media_part_tokens)
+    def _reserve(
+        self, call: _Call, claims: TokenClaims, prompt: int, choices: int, max_tokens: int
+    ) -> None:
         call.prompt_bound = prompt
         # Within the exact JSON range by the request and setting bounds (gateway.limits).
-        call.reserved = exact_count(prompt + choices_count(body) * max_tokens, "reservation")
+        call.reserved = exact_count(prompt + choices * max_tokens, "reservation")
+        limit = call.fmt.limit_field
         if claims.scope != "target":
             return  # the optimizer scope is metered, not capped
         budget = self._run_state(claims.run_id).budget
@@ -700,8 +670,8 @@ class Gateway:
                     "insufficient_quota",
                     "budget_exhausted",
                     f"{which} token budget: this call reserves {call.reserved} tokens "
-                    f"(prompt bound {prompt} + max_tokens {max_tokens}), {max(left, 0)} of "
-                    f"{cap} remain; lower max_tokens or stop",
+                    f"(prompt bound {prompt} + {limit} {max_tokens}), {max(left, 0)} of "
+                    f"{cap} remain; lower {limit} or stop",
                 )
             )
             d = denial[0]
@@ -752,10 +722,10 @@ class Gateway:
 
     # ------------------------------------------------------------------ forwarding
 
-    async def _forward(self, call: _Call, forwarded: bytes, send: Send) -> None:
+    async def _forward(self, call: _Call, post: Poster, forwarded: bytes, send: Send) -> None:
         call.forwarded = True
         try:
-            resp = await self._upstream.post(forwarded)
+            resp = await post(forwarded)
         except UpstreamError as exc:
             await self._upstream_failed(call, exc, send)
             return
@@ -771,8 +741,11 @@ class Gateway:
         if resp.status_code < 400:
             try:
                 obj = json.loads(data)
-                usage = usage_from_openai(obj.get("usage"))
+                usage = call.fmt.usage(obj)
                 model = obj.get("model") if isinstance(obj.get("model"), str) else None
+            except UsageError as exc:
+                await self._bad_usage(call, str(exc), send)
+                return
             except (ValueError, AttributeError):
                 usage = None
         self._settle(
@@ -790,6 +763,16 @@ class Gateway:
         ]
         await send_bytes(send, resp.status_code, data, headers)
 
+    async def _bad_usage(self, call: _Call, detail: str, send: Send) -> None:
+        """An answer whose usage cannot be believed: charged its whole reservation, and
+        not passed on (the client gets an error in its format's shape)."""
+        reason = f"upstream usage does not add up: {detail}"
+        self._settle(call, status=502, usage=None, response=b"", model_reported=None, reason=reason)
+        body = call.fmt.error_body(502, "upstream_error", "upstream_bad_usage", reason)
+        await send_bytes(
+            send, 502, body, [JSON_TYPE, NO_RETRY, (b"x-holedger-call-id", call.call_id.encode())]
+        )
+
     async def _upstream_failed(self, call: _Call, exc: UpstreamError, send: Send) -> None:
         # The upstream may have done the work before the connection broke: charge the
         # reservation, unless the request never left (connect failure).
@@ -802,17 +785,23 @@ class Gateway:
             model_reported=None,
             reason=reason,
         )
-        body = error_body(reason, "upstream_error", "upstream_unreachable")
+        body = call.fmt.error_body(502, "upstream_error", "upstream_unreachable", reason)
         await send_bytes(
             send, 502, body, [JSON_TYPE, NO_RETRY, (b"x-holedger-call-id", call.call_id.encode())]
         )
 
     async def _forward_stream(
-        self, call: _Call, forwarded: bytes, body: dict[str, Any], receive: Receive, send: Send
+        self,
+        call: _Call,
+        post: Poster,
+        forwarded: bytes,
+        body: dict[str, Any],
+        receive: Receive,
+        send: Send,
     ) -> None:
         call.forwarded = True
         try:
-            resp = await self._upstream.post(forwarded)
+            resp = await post(forwarded)
         except UpstreamError as exc:
             await self._upstream_failed(call, exc, send)
             return
@@ -839,7 +828,7 @@ class Gateway:
             ]
             await send_bytes(send, resp.status_code, data, headers)
             return
-        pump = _StreamPump(call, body, self.config.blob_cap_bytes)
+        pump = call.fmt.pump(body, self.config.blob_cap_bytes)
         finished = False
         client_gone = False
         settled = False
@@ -899,11 +888,15 @@ class Gateway:
             try:
                 async for chunk in resp.aiter_raw():
                     out = pump.feed(chunk)
-                    if pump.done:
-                        settle_once()  # a client stops reading at [DONE]
+                    if pump.done or pump.broken:
+                        settle_once()  # a client stops reading at its stream's last event
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
+                    if pump.broken:
+                        break
                 tail = pump.finish()
+                if pump.broken:
+                    tail += pump.error_event(pump.broken, "upstream_bad_stream")
             except UpstreamError as exc:
                 pump.cut = f"upstream stream broke: {exc.kind}"
                 tail = pump.finish() + pump.error_event(pump.cut)
@@ -947,7 +940,9 @@ class Gateway:
         headers = [JSON_TYPE] if denial.retry else [JSON_TYPE, NO_RETRY]
         if call.run_id is not None:
             headers.append((b"x-holedger-call-id", call.call_id.encode()))
-        body = error_body(denial.message, denial.err_type, denial.code, denial.param)
+        body = call.fmt.error_body(
+            denial.status, denial.err_type, denial.code, denial.message, denial.param
+        )
         await send_bytes(send, denial.status, body, headers)
 
     def _record(
@@ -1057,6 +1052,7 @@ class _Outcome:
             reservation_index=call.reservation_index,
             budget=call.budget,
             presented=call.presented,
+            format=call.fmt.name if call.endpoint == call.fmt.path else None,
         )
         events: list[tuple[str, BaseModel, Role]] = [("GatewayCall", event, "gateway")]
         if self.safety is not None:
@@ -1089,81 +1085,6 @@ class _Outcome:
         return [("SafetyViolation", violation, "gateway")], [evidence]
 
 
-class _StreamPump:
-    """Forwards SSE events unchanged, reads the usage chunk, hides it when not asked for."""
-
-    def __init__(self, call: _Call, body: dict[str, Any], cap: int) -> None:
-        options = body.get("stream_options")
-        self.client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        self.buffer = b""
-        self.usage: TokenUsage | None = None
-        self.model: str | None = None
-        self.cut: str | None = None
-        self.done = False
-        self.cap = cap
-        self._sent: list[bytes] = []
-        self._sent_size = 0
-
-    @property
-    def sent(self) -> bytes:
-        return b"".join(self._sent)
-
-    def _keep(self, data: bytes) -> None:
-        if self._sent_size < self.cap:
-            self._sent.append(data[: self.cap - self._sent_size])
-            self._sent_size += len(self._sent[-1])
-
-    def feed(self, chunk: bytes) -> bytes:
-        events, self.buffer = split_sse(self.buffer + chunk)
-        out = [e for e in (self._event(ev) for ev in events) if e]
-        data = b"".join(out)
-        self._keep(data)
-        return data
-
-    def finish(self) -> bytes:
-        rest = self.buffer
-        self.buffer = b""
-        if not rest.strip():
-            return b""
-        data = self._event(rest)
-        self._keep(data)
-        return data
-
-    def error_event(self, message: str) -> bytes:
-        data = b"data: " + error_body(message, "upstream_error", "upstream_stream_cut") + b"\n\n"
-        self._keep(data)
-        return data
-
-    def _event(self, event: bytes) -> bytes:
-        data = sse_data(event)
-        if data is None:
-            return event + b"\n\n"
-        if data == b"[DONE]":
-            self.done = True
-            return event + b"\n\n"
-        if self.model is None or (b'"usage"' in data and b'"usage":null' not in data):
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                return event + b"\n\n"
-            if isinstance(obj, dict):
-                if self.model is None and isinstance(obj.get("model"), str):
-                    self.model = obj["model"]
-                if obj.get("error") is not None:
-                    self.cut = "upstream sent an error mid-stream"
-                usage = usage_from_openai(obj.get("usage"))
-                if usage is not None:
-                    self.usage = usage
-                    if not self.client_wants_usage and not obj.get("choices"):
-                        return b""
-        return event + b"\n\n"
-
-
-def _closed(run_id: str) -> _Denial:
-    """The refusal of a call of a closed run (recorded nowhere: the run takes no events)."""
-    return _Denial(403, "permission_error", RUN_CLOSED_CODE, run_closed_message(run_id))
-
-
 def _text(value: str | None) -> str | None:
     """``value`` as event text: a lone surrogate (from an upstream's answer or an error
     message) is written as its backslash escape, so the event can still be signed."""
@@ -1182,57 +1103,9 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _parse_chat(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # too deep a nesting too
-        raise _Denial(
-            400, "invalid_request_error", "invalid_json", "body is not valid JSON"
-        ) from exc
-    if not isinstance(body, dict):
-        raise _Denial(400, "invalid_request_error", "invalid_request", "body is not a JSON object")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise _Denial(
-            400, "invalid_request_error", "invalid_request", "'model' is required", param="model"
-        )
-    if not has_utf8_form(body["model"]):
-        # JSON can spell a lone surrogate ("\ud800"), which no event can hold as text.
-        raise _Denial(
-            400,
-            "invalid_request_error",
-            "invalid_request",
-            "'model' must be text (it holds a lone surrogate escape)",
-            param="model",
-        )
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _Denial(
-            400,
-            "invalid_request_error",
-            "invalid_request",
-            "'messages' must be a non-empty list",
-            param="messages",
-        )
-    for key in MODEL_SWITCH_FIELDS:
-        if key in body:
-            # Some upstreams (routers, proxies) serve another model named here, which the
-            # allow-list never saw.
-            raise _Denial(
-                400,
-                "invalid_request_error",
-                "invalid_request",
-                f"'{key}' is not accepted: name exactly one model in 'model'",
-                param=key,
-            )
-    try:
-        # Before any arithmetic: a limit the upstream might read as "no limit", or one
-        # beyond any model, would let a call outgrow its reservation or its event.
-        check_bounds(body)
-    except OutOfBounds as exc:
-        raise _Denial(
-            400, "invalid_request_error", "invalid_request", exc.message, param=exc.field
-        ) from exc
-    return body
+def _closed(run_id: str) -> _Denial:
+    """The refusal of a call of a closed run (recorded nowhere: the run takes no events)."""
+    return _Denial(403, "permission_error", RUN_CLOSED_CODE, run_closed_message(run_id))
 
 
 def create_gateway_app(

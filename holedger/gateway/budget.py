@@ -129,6 +129,7 @@ def add_usage(a: TokenUsage, b: TokenUsage) -> TokenUsage:
     return TokenUsage(
         input=a.input + b.input,
         cached=a.cached + b.cached,
+        cache_write=a.cache_write + b.cache_write,
         output=a.output + b.output,
         reasoning=a.reasoning + b.reasoning,
         total=a.total + b.total,

@@ -13,6 +13,23 @@ A configuration file is TOML with a ``[gateway]`` table, for example::
 
 ``upstream = "simulator"`` instead of a base URL serves the built-in offline simulator
 in-process.
+
+Several upstreams, by provider, each with its own key and the models routed to it::
+
+    [gateway.upstreams.openai]
+    provider = "openai"                  # base_url defaults to https://api.openai.com/v1
+    api_key_env = "OPENAI_API_KEY"
+    models = ["gpt-4.1"]
+
+    [gateway.upstreams.claude]
+    provider = "anthropic"               # base_url defaults to https://api.anthropic.com/v1
+    api_key_env = "ANTHROPIC_API_KEY"
+    models = ["claude-sonnet-4-5"]
+
+    [gateway.upstreams.local]
+    provider = "openai-compatible"       # vLLM, SGLang, Ollama, OpenRouter, a LiteLLM proxy
+    base_url = "http://127.0.0.1:8000/v1"
+    # no models: the default route, for every model no other upstream lists
 """
 
 from __future__ import annotations
@@ -46,6 +63,12 @@ DEFAULT_EVENT_LINGER_S = 0.05
 # At most this many forwarded calls may have events not yet written (what a crash could
 # lose); beyond it new calls wait for the writer before they are forwarded.
 DEFAULT_EVENT_BACKLOG = 1024
+PROVIDERS = ("openai", "anthropic", "openai-compatible", "simulator")
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com/v1",
+}
+UPSTREAM_SETTINGS = ("provider", "base_url", "api_key_env", "models", "timeout_s", "seed")
 
 
 @dataclass(frozen=True)
@@ -57,6 +80,12 @@ class UpstreamConfig:
     timeout_s: float = 600.0
     simulator: bool = False
     simulator_seed: int = 0
+    name: str = "default"
+    # openai, anthropic, openai-compatible or simulator: which wire formats it speaks
+    # and how its key is sent.
+    provider: str = "openai-compatible"
+    # The models routed to it; None: every model no other upstream lists.
+    models: tuple[str, ...] | None = None
 
     def api_key(self) -> str | None:
         """The upstream key, read from the named environment variable at start."""
@@ -73,6 +102,8 @@ class UpstreamConfig:
         return value
 
     def __post_init__(self) -> None:
+        if self.simulator and self.provider != "simulator":
+            object.__setattr__(self, "provider", "simulator")
         if not self.simulator and not self.base_url:
             raise ConfigError(
                 "the gateway has no upstream",
@@ -92,6 +123,8 @@ class GatewayConfig:
     media_part_tokens: int = DEFAULT_MEDIA_TOKENS
     event_linger_s: float = DEFAULT_EVENT_LINGER_S
     event_backlog: int = DEFAULT_EVENT_BACKLOG
+    # Named upstreams by provider ([gateway.upstreams.NAME]); empty: ``upstream`` alone.
+    upstreams: tuple[UpstreamConfig, ...] = ()
 
     def __post_init__(self) -> None:
         # The settings that enter a reservation are bounded however the object is made,
@@ -117,6 +150,14 @@ class GatewayConfig:
                 "is not a gateway setting" + (f" (did you mean {near[0]}?)" if near else ""),
                 hint=f"the settings are {', '.join(SETTINGS)}; docs/GATEWAY.md describes them",
             )
+        upstreams = _upstreams(read, data.get("upstreams"))
+        if upstreams and ("upstream" in data or "upstream_base_url" in data):
+            raise read.error(
+                "upstreams",
+                "is given beside upstream/upstream_base_url",
+                hint="name every upstream under [gateway.upstreams.NAME], or use the single "
+                "upstream settings alone",
+            )
         simulator = "upstream" in data
         if simulator and data["upstream"] != "simulator":
             raise read.error(
@@ -124,7 +165,7 @@ class GatewayConfig:
                 f'= {data["upstream"]!r} is not "simulator"',
                 hint='set upstream = "simulator", or give upstream_base_url instead',
             )
-        if not simulator and "upstream_base_url" not in data:
+        if not simulator and "upstream_base_url" not in data and not upstreams:
             raise read.error(
                 None,
                 "names no upstream",
@@ -137,14 +178,18 @@ class GatewayConfig:
                 "holds a wildcard",
                 hint="model aliases are exact names; list each model to alias",
             )
+        default = next((u for u in upstreams if u.models is None), None)
         return cls(
-            upstream=UpstreamConfig(
+            upstream=(default or upstreams[0])
+            if upstreams
+            else UpstreamConfig(
                 base_url=read.url("upstream_base_url"),
                 api_key_env=read.text("upstream_api_key_env", None),
                 timeout_s=read.number("upstream_timeout_s", 600.0, low=0, low_open=True),
                 simulator=simulator,
                 simulator_seed=read.whole("simulator_seed", 0, low=0),
             ),
+            upstreams=upstreams,
             aliases=aliases,
             optimizer_models=read.models("optimizer_models"),
             default_max_tokens=read.whole(
@@ -197,7 +242,68 @@ SETTINGS = (
     "media_part_tokens",
     "event_linger_s",
     "event_backlog",
+    "upstreams",
 )
+
+
+def _upstreams(read: _Reader, tables: Any) -> tuple[UpstreamConfig, ...]:
+    """The [gateway.upstreams.NAME] tables, each checked, at most one default route."""
+    if tables is None:
+        return ()
+    if not isinstance(tables, dict) or not tables:
+        raise read.error("upstreams", "is not a table of upstream tables")
+    out: list[UpstreamConfig] = []
+    routed: dict[str, str] = {}
+    for name, table in tables.items():
+        key = f"upstreams.{name}"
+        if not isinstance(table, dict):
+            raise read.error(key, "is not a table")
+        sub = _Reader(table, f"{read.source}: {key}")
+        unknown = sorted(set(table) - set(UPSTREAM_SETTINGS))
+        if unknown:
+            raise sub.error(
+                unknown[0],
+                "is not an upstream setting",
+                hint=f"an upstream's settings are {', '.join(UPSTREAM_SETTINGS)}",
+            )
+        provider = table.get("provider")
+        if provider not in PROVIDERS:
+            raise sub.error(
+                "provider",
+                f"= {provider!r} is not one of {', '.join(PROVIDERS)}",
+            )
+        base_url = sub.url("base_url") or DEFAULT_BASE_URLS.get(provider)
+        if base_url is None and provider != "simulator":
+            raise sub.error("base_url", "is missing", hint=f"give {key}.base_url")
+        models = sub.models("models")
+        for model in models or ():
+            if model in routed:
+                raise sub.error(
+                    "models",
+                    f"routes {model!r}, already routed to {routed[model]!r}",
+                    hint="route each model to one upstream",
+                )
+            routed[model] = name
+        out.append(
+            UpstreamConfig(
+                base_url=None if provider == "simulator" else base_url,
+                api_key_env=sub.text("api_key_env", None),
+                timeout_s=sub.number("timeout_s", 600.0, low=0, low_open=True),
+                simulator=provider == "simulator",
+                simulator_seed=sub.whole("seed", 0, low=0),
+                name=name,
+                provider=provider,
+                models=models,
+            )
+        )
+    defaults = [u.name for u in out if u.models is None]
+    if len(defaults) > 1:
+        raise read.error(
+            "upstreams",
+            f"has {len(defaults)} default routes ({', '.join(defaults)}: no models listed)",
+            hint="list the models of all but one upstream",
+        )
+    return tuple(out)
 
 
 class _Reader:

@@ -1,18 +1,30 @@
-"""The HTTP face of the offline simulator: an OpenAI-compatible upstream.
+"""The HTTP face of the offline simulator: an OpenAI-compatible and Anthropic upstream.
 
 ``POST /v1/chat/completions`` (plain, or SSE when ``stream`` is true, with the usage chunk
-when ``stream_options.include_usage`` is set) and ``GET /v1/models``, built on
-:meth:`SimulatedModel.complete`: a stream is the complete answer cut into chunks.
+when ``stream_options.include_usage`` is set), ``POST /v1/responses`` and
+``POST /v1/messages`` (plain and SSE), ``POST /v1/messages/count_tokens``,
+``POST /v1/embeddings`` and ``GET /v1/models``, all built on
+:meth:`SimulatedModel.complete` (``sim_formats`` translates): a stream is the complete
+answer cut into its format's events. Errors come in each format's own shape.
 Run it with ``holedger sim serve --port P`` or use :func:`create_simulator_app` in-process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from typing import Any
 
-from holedger.gateway.simulator import SimulatedModel, SimulatorTransientError
+from holedger.gateway import sim_formats
+from holedger.gateway.formats import CHAT, FORMATS
+from holedger.gateway.simulator import (
+    TRANSIENT_ERROR_RATE,
+    TRANSIENT_STATUSES,
+    SimulatedModel,
+    SimulatorTransientError,
+    _Draws,
+)
 from holedger.gateway.wire import JSON_TYPE, SSE_TYPE, Receive, Scope, Send, error_body, send_bytes
 
 CHUNK_CHARS = 16
@@ -48,7 +60,8 @@ class SimulatorApp:
             body = json.dumps({"object": "list", "data": data}).encode()
             await send_bytes(send, 200, body, [JSON_TYPE])
             return
-        if path != "/v1/chat/completions" or method != "POST":
+        fmt = FORMATS.get(path)
+        if fmt is None or method != "POST":
             msg = f"no endpoint {method} {path}"
             await send_bytes(send, 404, error_body(msg, "invalid_request_error", None), [JSON_TYPE])
             return
@@ -62,22 +75,61 @@ class SimulatorApp:
             request = json.loads(raw)
             if not isinstance(request, dict):
                 raise ValueError("body is not a JSON object")
-            result = self.model.complete(request)
+            result = self._answer(fmt.name, request)
         except SimulatorTransientError as exc:
-            body = error_body(str(exc), "server_error", "simulated_transient")
-            # Like a provider under load: retry soon (the openai SDK honours this header).
+            body = fmt.error_body(exc.status, "server_error", "simulated_transient", str(exc))
+            # Like a provider under load: retry soon (the SDKs honour this header).
             await send_bytes(send, exc.status, body, [JSON_TYPE, (b"retry-after-ms", b"20")])
             return
-        except (ValueError, TypeError, KeyError) as exc:
-            body = error_body(str(exc), "invalid_request_error", None)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            body = fmt.error_body(400, "invalid_request_error", None, str(exc))
             await send_bytes(send, 400, body, [JSON_TYPE])
             return
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        if request.get("stream"):
+        if request.get("stream") and fmt is CHAT:
             await self._stream(request, result, send)
+        elif request.get("stream") and fmt.name == "responses":
+            await self._events(sim_formats.response_events(result), send)
+        elif request.get("stream") and fmt.name == "messages":
+            await self._events(sim_formats.message_events(result), send)
         else:
             await send_bytes(send, 200, json.dumps(result).encode(), [JSON_TYPE])
+
+    def _answer(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The answer to one request in format ``name`` (an answer object, not a stream)."""
+        model = self.model
+        if name == "responses":
+            chat = sim_formats.responses_to_chat(request)
+            return sim_formats.chat_to_response(model.complete(chat), request)
+        if name == "messages":
+            chat = sim_formats.messages_to_chat(request)
+            return sim_formats.chat_to_message(model.complete(chat), request)
+        if name == "count_tokens":
+            return sim_formats.count_message_tokens(model, request)
+        if name == "embeddings":
+            self._maybe_fail(request)
+            return sim_formats.embed(model.seed, model.model_name, request)
+        return model.complete(request)
+
+    def _maybe_fail(self, request: dict[str, Any]) -> None:
+        """The transient failures chat completions meet, drawn the same way."""
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        draws = _Draws(self.model.seed, f"{digest}:{self.model._occurrence(digest)}")
+        if draws.uniform("transient") < TRANSIENT_ERROR_RATE:
+            status = TRANSIENT_STATUSES[draws.choice("status", len(TRANSIENT_STATUSES))]
+            raise SimulatorTransientError(status, f"simulated upstream error {status}")
+
+    async def _events(self, events: list[tuple[str, dict[str, Any]]], send: Send) -> None:
+        """Named SSE events (the Responses and Messages streams), then the end."""
+        await send({"type": "http.response.start", "status": 200, "headers": [SSE_TYPE]})
+        for name, data in events:
+            text = json.dumps(data, separators=(",", ":"))
+            chunk = f"event: {name}\ndata: {text}\n\n".encode()
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _stream(self, request: dict[str, Any], result: dict[str, Any], send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [SSE_TYPE]})

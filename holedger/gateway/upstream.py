@@ -18,7 +18,7 @@ import ssl
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
@@ -37,6 +37,7 @@ MAX_IDLE_CONNECTIONS = 128
 # A slow reader (a client reading a stream slowly) pauses the upstream socket beyond this.
 READ_HIGH_WATER = 256 << 10
 READ_LOW_WATER = 64 << 10
+CHAT_PATH = "/chat/completions"
 
 
 class UpstreamError(Exception):
@@ -67,21 +68,27 @@ class UpstreamResponse(Protocol):
 
 
 class Upstream(Protocol):
-    async def post(self, body: bytes) -> UpstreamResponse:
-        """Send one chat completions request; the body is read from the answer."""
+    async def post(
+        self, body: bytes, path: str = CHAT_PATH, headers: Sequence[tuple[str, str]] = ()
+    ) -> UpstreamResponse:
+        """Send one request to ``path`` under the base URL, with ``headers`` added to the
+        upstream's own; the body is read from the answer."""
         ...
 
     async def aclose(self) -> None: ...
 
 
-def upstream_headers(api_key: str | None) -> list[tuple[str, str]]:
-    """The headers every upstream request carries (the client's token is never among them)."""
+def upstream_headers(api_key: str | None, provider: str = "openai") -> list[tuple[str, str]]:
+    """The headers every upstream request carries (the client's token is never among them):
+    the key as the provider takes it (``x-api-key`` for Anthropic, a bearer token else)."""
     headers = [
         ("content-type", "application/json"),
         ("accept", "application/json"),
         ("accept-encoding", "identity"),
     ]
-    if api_key:
+    if api_key and provider == "anthropic":
+        headers.append(("x-api-key", api_key))
+    elif api_key:
         headers.append(("authorization", f"Bearer {api_key}"))
     return headers
 
@@ -90,7 +97,7 @@ def upstream_headers(api_key: str | None) -> list[tuple[str, str]]:
 
 
 class HttpUpstream:
-    """Keep-alive HTTP/1.1 to ``{base_url}/chat/completions``."""
+    """Keep-alive HTTP/1.1 to ``{base_url}{path}`` (``/chat/completions`` by default)."""
 
     def __init__(
         self,
@@ -114,16 +121,12 @@ class HttpUpstream:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.tls = parts.scheme == "https"
-        target = (parts.path or "") + "/chat/completions"
-        if parts.query:
-            target += "?" + parts.query
-        netloc = parts.netloc
-        lines = [f"POST {target} HTTP/1.1", f"host: {netloc}"]
-        lines += [f"{name}: {value}" for name, value in headers]
-        # Validated once here: a header that could split the request is a configuration error.
-        if any(c in line for line in lines for c in "\r\n\0"):
-            raise ConfigError("an upstream header or URL contains a line break")
-        self._head = ("\r\n".join(lines) + "\r\ncontent-length: ").encode("latin-1")
+        self._prefix = parts.path or ""
+        self._query = "?" + parts.query if parts.query else ""
+        self._netloc = parts.netloc
+        self._headers = list(headers)
+        self._heads: dict[tuple[str, tuple[tuple[str, str], ...]], bytes] = {}
+        self._head = self._request_head(CHAT_PATH, ())
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_expiry_s = keepalive_expiry_s
@@ -133,7 +136,31 @@ class HttpUpstream:
         self._idle: list[_Connection] = []
         self._ssl: ssl.SSLContext | None = None
 
-    async def post(self, body: bytes) -> UpstreamResponse:
+    def _request_head(self, path: str, extra: tuple[tuple[str, str], ...]) -> bytes:
+        """The request line and headers up to the content length, made once per path."""
+        head = self._heads.get((path, extra))
+        if head is not None:
+            return head
+        target = self._prefix + path + self._query
+        lines = [f"POST {target} HTTP/1.1", f"host: {self._netloc}"]
+        lines += [f"{name}: {value}" for name, value in (*self._headers, *extra)]
+        # A header that could split the request is refused (a configuration error when
+        # it comes from the configuration).
+        if any(c in line for line in lines for c in "\r\n\0"):
+            raise ConfigError("an upstream header or URL contains a line break")
+        head = ("\r\n".join(lines) + "\r\ncontent-length: ").encode("latin-1")
+        if len(self._heads) < 64:
+            self._heads[(path, extra)] = head
+        return head
+
+    async def post(
+        self, body: bytes, path: str = CHAT_PATH, headers: Sequence[tuple[str, str]] = ()
+    ) -> UpstreamResponse:
+        head = (
+            self._head
+            if path == CHAT_PATH and not headers
+            else (self._request_head(path, tuple(headers)))
+        )
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_connections)
         try:
@@ -147,7 +174,7 @@ class HttpUpstream:
             self._slots.release()
             raise
         # From here the response holds the slot and gives it back when it is done.
-        response = conn.request(self._head + str(len(body)).encode() + b"\r\n\r\n" + body)
+        response = conn.request(head + str(len(body)).encode() + b"\r\n\r\n" + body)
         return await response.start()
 
     async def aclose(self) -> None:
@@ -479,7 +506,6 @@ class AsgiUpstream:
 
     def __init__(self, app: ASGIApp, headers: list[tuple[str, str]], timeout_s: float) -> None:
         self._transport = httpx.ASGITransport(app=app)
-        self._url = httpx.URL("http://simulator/v1/chat/completions")
         self._headers = [(k.encode(), v.encode()) for k, v in headers]
         self._timeouts = {
             "connect": CONNECT_TIMEOUT_S,
@@ -488,11 +514,14 @@ class AsgiUpstream:
             "pool": timeout_s,
         }
 
-    async def post(self, body: bytes) -> UpstreamResponse:
+    async def post(
+        self, body: bytes, path: str = CHAT_PATH, headers: Sequence[tuple[str, str]] = ()
+    ) -> UpstreamResponse:
+        extra = [(k.encode(), v.encode()) for k, v in headers]
         request = httpx.Request(
             "POST",
-            self._url,
-            headers=[*self._headers, (b"content-length", str(len(body)).encode())],
+            httpx.URL("http://simulator/v1" + path),
+            headers=[*self._headers, *extra, (b"content-length", str(len(body)).encode())],
             content=body,
             extensions={"timeout": self._timeouts},
         )

@@ -23,6 +23,7 @@ from collections.abc import MutableSequence
 from itertools import chain
 from typing import Any, NamedTuple
 
+from holedger.gateway.formats import FORMATS, METERED_PATHS
 from holedger.ledger.records import Record
 from holedger.protocol.tokens import budget_denial
 from holedger.replay.report import ReportBuilder
@@ -35,7 +36,10 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 
-CHAT = "/v1/chat/completions"
+# Endpoints whose allowed calls hold a reservation (every wire format but count_tokens),
+# and those whose calls the allow-list decides (every wire format).
+METERED = METERED_PATHS
+MODEL_CALLS = frozenset(FORMATS)
 INT64_MAX = 2**63 - 1
 
 # Failures found while events are applied are kept as integers (a seq, a kind, the kind's
@@ -185,6 +189,7 @@ class GatewayProjection:
         # section totals: input, cached, output, reasoning, total
         self._target = [0] * 5
         self._optimizer = [0] * 5
+        self._cache_write = {"target": 0, "optimizer": 0}  # within input
         self._estimated = 0
         self._denied: dict[str, int] = {}
         # trials, by code: sums of the calls attributed to them
@@ -240,6 +245,7 @@ class GatewayProjection:
         totals = self._target if call.scope == "target" else self._optimizer
         for k, value in enumerate(usage):
             totals[k] += value
+        self._cache_write[call.scope] += t.cache_write
         if call.scope == "target":
             if call.usage_estimated:
                 self._estimated += 1
@@ -269,7 +275,7 @@ class GatewayProjection:
         log = self._call_failures
         if t.total != t.input + t.output:
             log.add(seq, _TOTAL, t.total, t.input, t.output)
-        elif t.cached > t.input or t.reasoning > t.output:
+        elif t.cached + t.cache_write > t.input or t.reasoning > t.output:
             log.add(seq, _SPLIT)
         elif not call.allowed and (t.total or call.reservation_index is not None):
             log.add(seq, _DENIED_CHARGED)
@@ -281,7 +287,7 @@ class GatewayProjection:
             return
         listed = call.model_requested in self.models
         log = self._call_failures
-        if call.allowed and call.endpoint == CHAT and not listed:
+        if call.allowed and call.endpoint in MODEL_CALLS and not listed:
             log.add(seq, _ALLOWED_UNLISTED, log.text(call.model_requested))
         if call.code == "model_not_allowed" and listed:
             log.add(seq, _DENIED_LISTED, log.text(call.model_requested))
@@ -295,7 +301,7 @@ class GatewayProjection:
             self._s_total.append(call.tokens.total)
             self._settled_total += call.tokens.total
             self._reserved_total += call.reserved
-        if call.allowed and call.endpoint == CHAT and index is None:
+        if call.allowed and call.endpoint in METERED and index is None:
             self._budget_failures.add(seq, _NO_RESERVATION)
         if index is not None or call.code == "budget_exhausted":
             state = call.budget
@@ -520,20 +526,29 @@ class GatewayProjection:
                 "calls": self.call_count,
                 "target_cap": self.cap,
                 "per_trial_cap": self.trial_cap,
-                "target_tokens": _usage(self._target).model_dump(),
+                "target_tokens": _usage(self._target, self._cache_write["target"]).model_dump(),
                 "target_settled": self._settled_total,
                 "overshoot": max(0, self._settled_total - self.cap),
                 "estimated_calls": self._estimated,
-                "optimizer_tokens": _usage(self._optimizer).model_dump(),
+                "optimizer_tokens": _usage(
+                    self._optimizer, self._cache_write["optimizer"]
+                ).model_dump(),
                 "denied": dict(sorted(self._denied.items())),
                 "trials_checked": self.trial_count,
             },
         )
 
 
-def _usage(sums: list[int]) -> TokenUsage:
+def _usage(sums: list[int], cache_write: int = 0) -> TokenUsage:
     inp, cached, output, reasoning, total = sums
-    return TokenUsage(input=inp, cached=cached, output=output, reasoning=reasoning, total=total)
+    return TokenUsage(
+        input=inp,
+        cached=cached,
+        cache_write=cache_write,
+        output=output,
+        reasoning=reasoning,
+        total=total,
+    )
 
 
 def _brief(state: _State) -> str:

@@ -160,10 +160,15 @@ class CaseCost(Model):
 
 
 class TokenUsage(Model):
-    """OpenAI wire convention: input includes cached, output includes reasoning."""
+    """OpenAI wire convention: input includes cached, output includes reasoning.
+
+    ``cached`` counts cache reads and ``cache_write`` cache writes (as Anthropic reports
+    them), both within ``input``; events written before ``cache_write`` existed lack it.
+    """
 
     input: Count = 0
     cached: Count = 0
+    cache_write: Count = 0
     output: Count = 0
     reasoning: Count = 0
     total: Count = 0
@@ -313,6 +318,9 @@ class GatewayCall(Model):
     reservation_index: Count | None = None
     budget: GatewayBudgetState | None = None
     presented: PresentedToken | None = None
+    # The wire format (chat, responses, embeddings, messages, count_tokens); absent in
+    # events written before the gateway spoke more than chat completions.
+    format: str | None = None
 
 
 class DisclosureProjected(Model):

@@ -158,9 +158,8 @@ def test_empty_allow_list_allows_nothing(sqlite_url: str) -> None:
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("POST", "/v1/embeddings"),
         ("POST", "/v1/completions"),
-        ("POST", "/v1/responses"),
+        ("POST", "/v1/audio/speech"),
         ("GET", "/v1/chat/completions"),
         ("GET", "/"),
     ],
@@ -178,7 +177,7 @@ def test_non_chat_endpoints_are_404_in_the_openai_shape(
 
 
 def test_non_chat_endpoint_without_a_token_is_404_and_unrecorded(env: Env) -> None:
-    resp = httpx.post(env.base_url + "/embeddings", json={}, timeout=10)
+    resp = httpx.post(env.base_url + "/completions", json={}, timeout=10)
     assert_openai_error(resp, 404, "unknown_endpoint")
     assert env.calls() == []
 

@@ -17,8 +17,9 @@ import httpx
 import openai
 import pytest
 
-from holedger.gateway import app as gateway_app
 from holedger.gateway.app import Gateway
+from holedger.gateway.formats.base import SsePump
+from holedger.gateway.formats.chat import ChatFormat
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.replay.engine import replay_run
 from holedger.replay.gateway_checks import GatewayProjection
@@ -79,7 +80,7 @@ def assert_replay_verifies(env: Env, trial_id: str = "t1") -> None:
 def test_a_fault_before_forwarding_is_a_recorded_denial(
     env: Env, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(Gateway, "_rewrite", boom)
+    monkeypatch.setattr(ChatFormat, "rewrite", boom)
     resp = chat(env, env.trial_token())
     assert_gateway_error(resp)
     [call] = env.calls()
@@ -108,7 +109,7 @@ def test_a_fault_after_reserving_but_before_forwarding_settles_at_zero(
 def test_a_fault_after_the_upstream_answered_charges_the_reservation(
     env: Env, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gateway_app, "usage_from_openai", boom)
+    monkeypatch.setattr(ChatFormat, "usage", boom)
     resp = chat(env, env.trial_token())
     assert_gateway_error(resp)
     [call] = env.calls()
@@ -126,7 +127,7 @@ def test_a_fault_mid_stream_ends_the_stream_and_charges_the_reservation(
     env: Env, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The response has begun (its head is sent) before the first chunk is fed.
-    monkeypatch.setattr(gateway_app._StreamPump, "feed", boom)
+    monkeypatch.setattr(SsePump, "feed", boom)
     resp = chat(env, env.trial_token(), stream=True)
     assert resp.status_code == 200  # the stream had begun when the fault came
     events = [line[6:] for line in resp.text.split("\n") if line.startswith("data: ")]
@@ -156,7 +157,7 @@ def test_a_fault_listing_models_is_recorded(env: Env, monkeypatch: pytest.Monkey
 def test_the_sdk_does_not_retry_a_gateway_error(
     env: Env, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gateway_app, "usage_from_openai", boom)
+    monkeypatch.setattr(ChatFormat, "usage", boom)
     sdk = openai.OpenAI(base_url=env.base_url, api_key=env.trial_token(), max_retries=2)
     with pytest.raises(openai.InternalServerError):
         sdk.chat.completions.create(model=SIM_MODEL, messages=MESSAGES, max_tokens=40)
@@ -165,7 +166,7 @@ def test_the_sdk_does_not_retry_a_gateway_error(
 
 def test_the_gateway_serves_on_after_a_fault(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as patch:
-        patch.setattr(Gateway, "_rewrite", boom)
+        patch.setattr(ChatFormat, "rewrite", boom)
         assert chat(env, env.trial_token()).status_code == 500
     resp = chat(env, env.trial_token())
     assert resp.status_code in (200, 500, 503)  # the simulator fails a few calls itself

@@ -101,7 +101,9 @@ def test_usage_beyond_belief_is_charged_the_reservation(sqlite_url: str) -> None
     env = open_env(sqlite_url, make_terms(), upstream_app=answering(completion("m", usage)))
     try:
         body = json.dumps({"model": SIM_MODEL, "messages": MESSAGES, "max_tokens": 20}).encode()
-        assert post(env, body).status_code == 200
+        resp = post(env, body)
+        assert resp.status_code == 502  # not passed on: the client is told why
+        assert resp.json()["error"]["code"] == "upstream_bad_usage"
         [call] = env.calls()
         assert call.usage_estimated and call.tokens.total == call.reserved
         assert_still_serving(env)

@@ -1,0 +1,39 @@
+"""The wire formats the gateway serves, one module each, by the path they are served on.
+
+Adding a format: subclass :class:`~holedger.gateway.formats.base.WireFormat` (parse,
+rewrite, usage, error shape, stream pump) and list it in ``FORMATS``; the gateway's
+checks, budget and recording apply to it unchanged.
+"""
+
+from __future__ import annotations
+
+from holedger.gateway.formats.anthropic import CountTokensFormat, MessagesFormat
+from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
+from holedger.gateway.formats.chat import ChatFormat
+from holedger.gateway.formats.embeddings import EmbeddingsFormat
+from holedger.gateway.formats.responses import ResponsesFormat
+
+CHAT = ChatFormat()
+FORMATS: dict[str, WireFormat] = {
+    fmt.path: fmt
+    for fmt in (CHAT, ResponsesFormat(), EmbeddingsFormat(), MessagesFormat(), CountTokensFormat())
+}
+# Endpoints whose calls hold a reservation (replay expects one for each allowed call).
+METERED_PATHS = frozenset(path for path, fmt in FORMATS.items() if fmt.metered)
+
+
+def format_for_path(path: str) -> WireFormat | None:
+    return FORMATS.get(path)
+
+
+__all__ = [
+    "CHAT",
+    "FORMATS",
+    "METERED_PATHS",
+    "Limits",
+    "Rewritten",
+    "SsePump",
+    "UsageError",
+    "WireFormat",
+    "format_for_path",
+]

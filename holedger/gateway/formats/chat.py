@@ -1,0 +1,141 @@
+"""OpenAI Chat Completions: ``POST /v1/chat/completions``, plain and SSE.
+
+Reservation: prompt bound + ``n`` x (``max_completion_tokens`` or ``max_tokens``, the
+smaller when both are given; the configured default imposed when neither is). A stream
+is always asked for its usage chunk (``stream_options.include_usage``); the chunk is
+hidden from a client that did not ask for it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from holedger.gateway.denial import invalid
+from holedger.gateway.formats.base import (
+    Limits,
+    Rewritten,
+    SsePump,
+    UsageError,
+    WireFormat,
+    check_total,
+    count,
+    details,
+    dump,
+    parse_object,
+    refuse_fields,
+    require_model,
+    usage_of,
+    within_bounds,
+)
+from holedger.gateway.limits import CHAT_BOUNDS
+from holedger.schemas.events import TokenUsage
+
+# Request fields with which an OpenAI-compatible router or proxy picks other models
+# (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
+MODEL_SWITCH_FIELDS = ("models", "fallbacks")
+SWITCH_WHY = "name exactly one model in 'model'"
+
+
+def openai_usage(block: Any) -> TokenUsage | None:
+    """Chat Completions or embeddings usage (prompt_tokens, completion_tokens)."""
+    if not isinstance(block, dict):
+        return None
+    inp = count(block, "prompt_tokens", required=True)
+    out = count(block, "completion_tokens")
+    cached = count(details(block, "prompt_tokens_details"), "cached_tokens")
+    reasoning = count(details(block, "completion_tokens_details"), "reasoning_tokens")
+    usage = usage_of(inp, out, cached=cached, reasoning=reasoning)
+    return check_total(block, "total_tokens", usage)
+
+
+def requested_max_tokens(body: dict[str, Any]) -> int | None:
+    values = [
+        body[key]
+        for key in ("max_tokens", "max_completion_tokens")
+        if isinstance(body.get(key), int) and not isinstance(body.get(key), bool)
+    ]
+    return min(values) if values else None
+
+
+class ChatFormat(WireFormat):
+    name = "chat"
+    path = "/v1/chat/completions"
+    upstream_path = "/chat/completions"
+    providers = frozenset({"openai", "openai-compatible", "simulator"})
+    limit_field = "max_tokens"
+
+    def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
+        body = parse_object(raw)
+        require_model(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise invalid("'messages' must be a non-empty list", "messages")
+        # Some upstreams (routers, proxies) serve another model named here, which the
+        # allow-list never saw.
+        refuse_fields(body, MODEL_SWITCH_FIELDS, SWITCH_WHY)
+        within_bounds(body, CHAT_BOUNDS)
+        return body
+
+    def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
+        out = dict(body)
+        out["model"] = model
+        asked = requested_max_tokens(body)
+        imposed = None
+        if "max_tokens" in body and "max_completion_tokens" in body:
+            # Upstreams differ in which of the two they honour: send the one that was
+            # reserved (the smaller) in both.
+            out["max_tokens"] = out["max_completion_tokens"] = asked
+        if asked is None:
+            out[limits.max_tokens_field] = imposed = limits.default_max_tokens
+        if self.streams(body):
+            options = out.get("stream_options")
+            options = dict(options) if isinstance(options, dict) else {}
+            options["include_usage"] = True
+            out["stream_options"] = options
+        n = body.get("n", 1)
+        choices = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+        return Rewritten(dump(out), imposed, asked or limits.default_max_tokens, choices)
+
+    def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
+        return openai_usage(answer.get("usage"))
+
+    def pump(self, body: dict[str, Any], cap: int) -> SsePump:
+        return ChatPump(self, body, cap)
+
+
+class ChatPump(SsePump):
+    """Reads the usage chunk, hides it when the client did not ask for it."""
+
+    def __init__(self, fmt: WireFormat, body: dict[str, Any], cap: int) -> None:
+        super().__init__(fmt, cap)
+        options = body.get("stream_options")
+        self.client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+
+    def _event(self, event: bytes) -> bytes:
+        data = self.data_of(event)
+        if data is None:
+            return event + b"\n\n"
+        if data == b"[DONE]":
+            self.done = True
+            return event + b"\n\n"
+        if self.model is None or (b'"usage"' in data and b'"usage":null' not in data):
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                return event + b"\n\n"
+            if isinstance(obj, dict):
+                if self.model is None and isinstance(obj.get("model"), str):
+                    self.model = obj["model"]
+                if obj.get("error") is not None:
+                    self.cut = "upstream sent an error mid-stream"
+                try:
+                    usage = openai_usage(obj.get("usage"))
+                except UsageError as exc:
+                    self.break_off(f"upstream usage does not add up: {exc}")
+                    return b""
+                if usage is not None:
+                    self.usage = usage
+                    if not self.client_wants_usage and not obj.get("choices"):
+                        return b""
+        return event + b"\n\n"
