@@ -125,10 +125,14 @@ def _tail(data: dict[str, Any]) -> None:
         out.print(plain(data["note"]), soft_wrap=True)
 
 
-def _f(value: dict[str, Any] | None, signed: bool = True) -> str:
-    if not value or value.get("float") is None:
+def _f(value: Any, signed: bool = True) -> str:
+    """A quantity to three decimals, rounded on its exact value ('-' when none)."""
+    from holedger.numbers import decimal
+
+    if value is None:
         return "-"
-    return f"{value['float']:{'+' if signed else ''}.3f}"
+    text = decimal(value)
+    return f"+{text}" if signed and not text.startswith("-") else text
 
 
 def _show(ctx: click.Context, compute: Callable[[Source], dict[str, Any]], render: Any) -> None:

@@ -5,8 +5,8 @@ edits beside it, and per task Spearman's rho(breadth, g).
 Classification (reading, not stated): each diff hunk (``difflib`` over lines, the
 candidate against its parent) is placed in the top-level symbol of the parent file it
 touches (a constant, function or class of a Python file; an insertion belongs to the
-symbol of the line before it). A task may declare rules in ``levers.toml`` beside its
-``task.toml``::
+symbol of the line before it, or, between two symbols, the one after it). A task may
+declare rules in ``levers.toml`` beside its ``task.toml``::
 
     [[rule]]
     lever = "retrieval"             # one of the eight
@@ -152,6 +152,8 @@ def classify_change(
         touched: list[str | None] = [
             name for first, last, name in symbols if first <= max(lines) and last >= min(lines)
         ]
+        if not touched and old and i1 == i2:  # inserted between symbols: the one after it
+            touched = [name for first, last, name in symbols if first <= i1 + 1 <= last]
         if not touched:
             touched = [None]
         found: set[str] = set()

@@ -32,7 +32,7 @@ td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
 
 
 def _f(value: Any) -> float | None:
-    return None if not value or value.get("float") is None else float(value["float"])
+    return None if value is None else float(value)
 
 
 def _notes(data: dict[str, Any]) -> str:

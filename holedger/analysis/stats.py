@@ -10,9 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
-
-from holedger.schemas.canonical import rational_to_str
 
 
 def mean(values: Sequence[Fraction]) -> Fraction:
@@ -71,11 +68,10 @@ def spearman(xs: Sequence[Fraction], ys: Sequence[Fraction]) -> float | None:
     return float(cov) / math.sqrt(float(vx) * float(vy))
 
 
-def number(value: Fraction | None) -> dict[str, Any]:
-    """An exact value as JSON: the rational as text and its float beside it."""
-    if value is None:
-        return {"exact": None, "float": None}
-    return {"exact": rational_to_str(value), "float": float(value)}
+def number(value: Fraction | None) -> Fraction | None:
+    """A quantity as the analyses' JSON carries it: the exact rational, which the output
+    gives as ``q`` (a float) and ``q_exact`` (its exact string) (``holedger.numbers``)."""
+    return value
 
 
 def fmt(value: Fraction | float | None, signed: bool = True, digits: int = 3) -> str:
