@@ -317,7 +317,7 @@ def audit_json(state: Any) -> dict[str, Any]:
         "neutral": state.neutral.model_dump(mode="json") if state.neutral else None,
         "decomposition": d.decomposition if d else None,
         "transfer": d.transfer if d else None,
-        "strata": d.strata if d else [],
+        "strata": state.gate.strata if state.gate else [],
         "bounds": {
             "O": "lower bound: only detected, removed overfitting",
             "G": "upper bound: not evidence of transfer",
@@ -364,6 +364,11 @@ def _print(state: Any, as_json: bool) -> None:
         if d["shares"]:
             s = d["shares"]
             click.echo(f"shares o = {s['o']}, t = {s['t']}, g = {s['g']}")
+    for row in data["strata"]:
+        click.echo(
+            f"stratum {row['tag']}: {row['cases']} cases, S(H^) {row['s_candidate']}, "
+            f"S(H0) {row['s_base']}, dS {row['delta']}"
+        )
     if data["transfer"]:
         t = data["transfer"]
         click.echo(

@@ -112,3 +112,15 @@ class Terms:
     h0: list[Trial]
     h0scale: list[Trial]
     hneutral: list[Trial]
+
+
+def strata(
+    hhat: Sequence[Trial], h0: Sequence[Trial], tags: dict[str, list[str]]
+) -> list[dict[str, Any]]:
+    """B6 on the search set: per tag, S(H^), S(H0) and dS over the paired cases; [] when
+    the task tags none of them."""
+    cand = stats.case_means(per_case(hhat))
+    base = stats.case_means(per_case(h0))
+    if not any(tags.get(c) for c in set(cand) & set(base)):
+        return []
+    return stats.stratify(cand, base, tags)

@@ -64,6 +64,7 @@ class GateComputed(Model):
 
     gate: dict[str, Any]
     sources: dict[str, str]
+    strata: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ScaleDerived(Model):

@@ -177,6 +177,11 @@ def case_facts(task_ref: str) -> dict[str, detectors.CaseFacts]:
     return out
 
 
+def case_tags(task_ref: str) -> dict[str, list[str]]:
+    """Each case's artifact or type tags (B6), from its input."""
+    return {c.case_id: stats.case_tags(c.input) for c in case_facts(task_ref).values()}
+
+
 def added_lines(repo: CandidateRepo, base: str, candidate: str) -> list[detectors.AddedLine]:
     """Lines ``candidate`` adds to ``base``, file by file (text files only)."""
     old, new = repo.files(base), repo.files(candidate)
@@ -282,6 +287,7 @@ def run_hda(
                 GateComputed(
                     gate=result.as_json(),
                     sources={"Hhat": hhat, "H0": run.seed_commit, "attempts": str(attempts)},
+                    strata=compute.strata(hhat_trials, h0_trials, case_tags(task.ref)),
                 ),
                 "auditor",
             )

@@ -250,10 +250,14 @@ def _recompute(
         seed=int(recorded["seed"]),
         alpha=Fraction(recorded["alpha"]),
     )
+    problems = (
+        [] if gate.as_json() == recorded else ["the recorded gate is not the one the logs give"]
+    )
+    tags = _tags(settings, run)
+    if tags is not None and compute.strata(hhat_trials, h0_trials, tags) != state.gate.strata:
+        problems.append("the recorded strata are not the ones the logs give")
     report.check(
-        "gate",
-        [] if gate.as_json() == recorded else ["the recorded gate is not the one the logs give"],
-        f"dS = {recorded['delta']}, p = {recorded['p_value']}, recomputed",
+        "gate", problems, f"dS = {recorded['delta']}, p = {recorded['p_value']}, recomputed"
     )
     decomposed = state.decomposed
     if not gate.significant:
@@ -268,6 +272,17 @@ def _recompute(
     _findings(settings, ledger, state, run, hhat, hhat_trials, h0_trials, report)
     s_neutral = _neutral(ledger, state, run, hhat, controls, all_cases, gate, report)
     _decomposition(state, run, gate, s_scaled, s_neutral, report)
+
+
+def _tags(settings: Settings, run: RunFacts) -> dict[str, list[str]] | None:
+    """The task's case tags, or None when the task is not at hand."""
+    from holedger.server.service import RunConfig
+
+    try:
+        cases = case_facts(RunConfig.load(settings, run.run_id).task)
+    except HoledgerError:
+        return None
+    return {c.case_id: stats.case_tags(c.input) for c in cases.values()} if cases else None
 
 
 def _scale(

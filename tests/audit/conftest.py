@@ -44,6 +44,22 @@ def shortcut_tree(seed: Path, dest: Path) -> Path:
     return dest
 
 
+def tag_hard_cases(task_dir: Path) -> None:
+    """Tag the "hard" cases in their input (B6 strata), and pin the task again."""
+    import json
+
+    from holedger.tasks.pinning import pin_task
+
+    for split in ("dev", "val", "test"):
+        path = task_dir / "cases" / f"{split}.json"
+        cases = json.loads(path.read_text())
+        for case in cases:
+            if case["input"]["q"].startswith("hard"):
+                case["input"]["tags"] = ["hard"]
+        path.write_text(json.dumps(cases, indent=1))
+    pin_task(task_dir)
+
+
 @dataclass
 class AuditedRun:
     settings: Settings
@@ -76,6 +92,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuditedRun]:
     settings = Settings.resolve(root / "home")
     Ledger.init_home(settings)
     task_dir = write_task_folder(root / "task")
+    tag_hard_cases(task_dir)
     ledger = Ledger.from_settings(settings)
     service = _service(settings, ledger)
     try:

@@ -73,6 +73,10 @@ def test_the_gain_is_significant_and_the_lookup_table_is_found(finished: dict[st
     assert finding["category"] == "lookup_table" and finding["source"] == "detector"
     assert finding["evidence"]["case_ids"] == ["dev-0", "dev-3", "val-0", "val-3", "val-6"]
     assert finding["evidence"]["locations"][0] == "harness/__main__.py:3"
+    # B6: the tagged hard cases carry the whole gain
+    strata = {row["tag"]: row for row in hda["strata"]}
+    assert strata["hard"]["cases"] == 5 and strata["hard"]["delta"] == "1"
+    assert strata["(untagged)"]["cases"] == 9 and strata["(untagged)"]["delta"] == "0"
     # no model in this task: k cannot be matched on calls or tokens, and says so
     assert hda["scale"]["k"] == 1 and hda["scale"]["basis"] == "none"
 
