@@ -44,6 +44,7 @@ from holedger.sandboxes.common import (
     sandbox_env,
     trial_result,
 )
+from holedger.sandboxes.docker_io import ENTRY_SHELL, FifoStreams, seccomp_profile
 from holedger.sandboxes.image import ENTRY_PATH, IMAGE, IN_DIR, OUT_DIR, image_key
 from holedger.sandboxes.netns import NetnsServices
 from holedger.sandboxes.runtime import runtime_distributions, runtime_key
@@ -235,9 +236,17 @@ class DockerBackend:
         import docker.types
 
         cpu_s = max(1, int(lim.cpu_time_s + 0.999))
+        security = ["no-new-privileges"]
+        profile = seccomp_profile()
+        if profile is not None:
+            security.append(f"seccomp={profile}")
         return {
             "image": self.image,
             "command": [
+                "/bin/sh",
+                "-c",
+                ENTRY_SHELL,
+                f"{OUT_DIR}/entry",
                 f"{BIN_DIR}/python3",
                 "-I",
                 "-S",
@@ -261,7 +270,10 @@ class DockerBackend:
             ],
             "user": f"{SANDBOX_UID}:{SANDBOX_GID}",
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            "security_opt": security,
+            # No log file on the host: the container's own stdout and stderr carry nothing
+            # (the entrypoint's are a tripwire pipe, see docker_io).
+            "log_config": {"type": "none", "config": {}},
             "environment": sandbox_env(spec),
             "working_dir": CODE_DIR,
             "volumes": volumes,
@@ -288,12 +300,9 @@ class DockerBackend:
         io_in.mkdir()
         io_out.mkdir()
         (io_in / "stdin").write_bytes(spec.stdin)
-        for name in ("stdout", "stderr", "status"):
-            (io_out / name).touch()
-            os.chmod(io_out / name, 0o666)
         for d in (io.dir, io_in, io_out):
             os.chmod(d, 0o755)
-        io.stdout_path, io.stderr_path = io_out / "stdout", io_out / "stderr"
+        streams = FifoStreams(io_out, lim.output_bytes)
         code = Path(spec.code_dir).resolve()
         if not _world_readable(code):
             staged = Path(tempfile.mkdtemp(prefix="code-", dir=io.dir))
@@ -321,9 +330,16 @@ class DockerBackend:
             ns = pidns_of(init_pid)
             services.setup_enter(init_pid)
             (io_in / "ready").touch()
-            status, timed_out, flooded = self._wait(
-                container, io, io_out / "status", start + lim.wall_s
-            )
+            status, timed_out, flooded = self._wait(container, streams, start + lim.wall_s)
+            if streams.host_writes():
+                observations.append(
+                    Observation(
+                        "host_write",
+                        f"{streams.host_writes()} bytes written to the entrypoint's own "
+                        "stdout/stderr (/proc/1/fd/1 or 2), the container's log pipe; "
+                        "kept nowhere, trial stopped",
+                    )
+                )
             exit_status: int | None = None
             if status is not None:
                 exit_status = status
@@ -351,6 +367,8 @@ class DockerBackend:
         except Exception as exc:
             raise SandboxError(f"docker trial failed: {exc}") from exc
         finally:
+            streams.pump()
+            streams.close()
             observations[:0] = services.close()
             if container is not None:
                 if cg is not None and not cg.pids():
@@ -364,13 +382,13 @@ class DockerBackend:
             timed_out=timed_out,
             oom=oom,
             pids_hit=pids_hit,
-            flooded=flooded,
+            flooded=flooded and not streams.host_writes(),  # that one says so itself
             wall_ms=wall_ms,
             cpu_ms=cpu_ms,
         )
         try:
             return trial_result(
-                io,
+                streams,
                 lim,
                 ending,
                 observations,
@@ -399,49 +417,28 @@ class DockerBackend:
         return container_id
 
     def _wait(
-        self, container: str, io: TrialIO, status_path: Path, deadline: float
+        self, container: str, streams: FifoStreams, deadline: float
     ) -> tuple[int | None, bool, bool]:
-        """(exit status or None, timed out, output flood)."""
+        """(exit status or None, timed out, output flood); a write to the entrypoint's own
+        stdout or stderr stops the trial like a flood."""
         next_state = time.monotonic() + STATE_EVERY_S
         while True:
-            status = _read_status(status_path)
-            if status == STATUS_FLOOD:
+            streams.pump()
+            if streams.status_flooded() or streams.flooded() or streams.host_writes():
                 return None, False, True
+            status = streams.status()
             if status is not None:
+                streams.pump()  # what the harness wrote before it exited
                 return status, False, False
             now = time.monotonic()
             if now > deadline:
                 return None, True, False
-            if io.flooded():
-                return None, False, True
             if now > next_state:
                 next_state = now + STATE_EVERY_S
                 state = self.client.api.inspect_container(container)["State"]
                 if state.get("Status") != "running":
-                    status = _read_status(status_path)
-                    if status == STATUS_FLOOD:
+                    streams.pump()
+                    if streams.status_flooded():
                         return None, False, True
-                    return status, False, False
+                    return streams.status(), False, False
             time.sleep(POLL_S)
-
-
-STATUS_MAX_BYTES = 16
-STATUS_FLOOD = -1  # not an exit status: the status file holds more than one ever can
-
-
-def _read_status(path: Path) -> int | None:
-    """The entrypoint's exit status line, None while absent, STATUS_FLOOD when oversized.
-
-    The harness runs as the entrypoint's uid and can write this file too: it is read with
-    a bound, and filling it ends the trial like an output flood."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(STATUS_MAX_BYTES + 1)
-    except OSError:
-        return None
-    if len(data) > STATUS_MAX_BYTES:
-        return STATUS_FLOOD
-    text = data.decode("ascii", "replace")
-    if not text.endswith("\n") or not text.strip().isdigit():
-        return None
-    return int(text.strip())

@@ -343,6 +343,7 @@ SAFETY_CATEGORIES = (
     "process_limit",
     "unisolated_trial",
     "sandbox_error",
+    "host_write",
 )
 
 

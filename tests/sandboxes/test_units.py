@@ -161,7 +161,8 @@ def test_docker_kwargs_lock_the_container_down(tmp_path: Path) -> None:
     assert kw["network_mode"] == "none"
     assert kw["read_only"] is True
     assert kw["cap_drop"] == ["ALL"]
-    assert kw["security_opt"] == ["no-new-privileges"]
+    assert kw["security_opt"][0] == "no-new-privileges"
+    assert kw["log_config"]["type"] == "none"  # no log file on the host
     assert kw["user"] == "65534:65534"
     assert kw["mem_limit"] == kw["memswap_limit"] == 256 * 1024 * 1024
     assert kw["pids_limit"] == 16 and kw["nano_cpus"] == 500_000_000
