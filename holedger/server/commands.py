@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -380,6 +381,16 @@ def serve_cmd(
         workers=workers,
         backend=backend,
     )
+    # Before the URLs are printed: a client that reads them may signal at once.
+    stop = threading.Event()
+    stopped_by: list[int] = []
+
+    def on_signal(signum: int, _: object) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
     urls = running.urls
     if as_json:
         click.echo(json.dumps(urls))
@@ -388,9 +399,6 @@ def serve_cmd(
             click.echo(f"api      {url}")
         for url in urls["gateway"]:
             click.echo(f"gateway  {url}")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         stop.wait()
         # Evaluations in flight are recorded before the gateway and the ledger close; a
@@ -412,6 +420,10 @@ def serve_cmd(
     finally:
         running.stop()
         ledger.close()
+    if stopped_by[:1] == [signal.SIGINT]:
+        # Stopped by Ctrl-C: the status every interrupted command has (SIGTERM: 0).
+        click.echo("holedger: interrupted", err=True)
+        sys.exit(130)
 
 
 def _raise_interrupt(*_: object) -> None:
