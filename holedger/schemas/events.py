@@ -195,7 +195,7 @@ class OptimizerDescriptor(Model):
     )
     harness: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
     harness_scope: Literal["native", "common"]
-    replicate: int = Field(default=1, ge=1)
+    replicate: PositiveCount = 1
 
 
 class RunOpened(Model):
