@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from ledger.attacker import Attacker, resign_run
 
 from holedger.audit.events import AUDIT_EVENT_TYPES
-from holedger.audit.hda import open_audit, read_audit
+from holedger.audit.hda import open_audit, read_audit, run_hda
 from holedger.audit.log import AuditLog, audit_origin, parse_audit_record, sign_audit_event
 from holedger.audit.verify import verify_audit
 from holedger.cli import cli
@@ -386,3 +386,39 @@ def test_replay_takes_an_audit_id_and_verifies_it(
     result = run_cli(audited, "replay", forged)
     assert result.exit_code == 1
     assert "FAIL" in result.output and "gate" in result.output
+
+
+def test_a_gain_that_is_not_significant_is_not_decomposed(
+    audited: AuditedRun, ledger: Ledger, tmp_path: Path
+) -> None:
+    from holedger.server.service import RunService
+    from holedger.server.taskview import load_server_task
+
+    svc = RunService(
+        audited.settings,
+        ledger,
+        gateway=None,
+        task_loader=load_server_task,
+        default_backend="process",
+    )
+    same = tmp_path / "same"
+    shutil.copytree(audited.task_dir / "seed", same)
+    main = same / "harness" / "__main__.py"
+    main.write_text(main.read_text() + "# the same harness, reformatted\n")
+    try:
+        run = svc.open_run(str(audited.task_dir), optimizer="no-gain").run_id
+        cand = svc.commit_candidate(run, same).candidate
+        for c in ("seed", cand):
+            svc.evaluate(run, c, "dev")
+        svc.nominate(run, cand)
+    finally:
+        svc.close()
+    ctx = audited.context(ledger)
+    audit_id = open_audit(ctx, run)
+    state = run_hda(ctx, audit_id, resamples=500)
+    assert state.gate is not None and state.gate.gate["delta"] == "0"
+    assert not state.gate.gate["significant"] and state.gate.gate["p_value"] == "1"
+    assert state.decomposed is not None and state.decomposed.status == "not_significant"
+    assert state.scale is None and state.findings == [] and state.controls == []
+    report = verify_audit(audited.settings, ledger, ctx.log, audit_id)
+    assert report.verified, report.failures

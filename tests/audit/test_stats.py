@@ -6,6 +6,8 @@ import random
 from fractions import Fraction as F
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from holedger.audit.stats import (
     aggregate_case,
@@ -173,3 +175,18 @@ def test_stratify_by_tag() -> None:
         {"tag": "(untagged)", "cases": 1, "s_candidate": "0", "s_base": "0", "delta": "0"},
         {"tag": "meta", "cases": 2, "s_candidate": "1", "s_base": "0.5", "delta": "0.5"},
     ]
+
+
+_score = st.fractions(min_value=0, max_value=1, max_denominator=60)
+
+
+@given(_score, _score, _score, _score)
+def test_terms_sum_to_the_gain_and_shares_to_one(a: F, b: F, c: F, d: F) -> None:
+    parts = decompose(a, b, c, d)
+    assert parts.identity_holds and parts.o + parts.t + parts.g == parts.delta
+    if parts.delta == 0:
+        assert parts.shares is None
+    else:
+        assert parts.shares is not None
+        o, t, g = parts.shares
+        assert 0 <= o <= 1 and 0 <= t <= 1 - o and o + t + g == 1
