@@ -47,6 +47,7 @@ from holedger.gateway.config import GatewayConfig
 from holedger.gateway.denial import Denial as _Denial
 from holedger.gateway.fallback import refused_events as refused
 from holedger.gateway.formats import CHAT, Limits, UsageError, WireFormat, format_for_path
+from holedger.gateway.optimizer_budget import OptimizerBudget, optimizer_cap, optimizer_refusal
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.gateway.routing import Poster, Router
 from holedger.gateway.tokens import TokenClaims, TokenRegistry
@@ -127,6 +128,7 @@ class _RunState:
     models: frozenset[str]
     budget: RunBudget
     server_tools: frozenset[str] = frozenset()  # server-side tools the terms allow
+    optimizer: OptimizerBudget = field(default_factory=lambda: OptimizerBudget(0))
 
 
 @dataclass
@@ -441,6 +443,7 @@ class Gateway:
             ) from exc
         budget = opened.terms.budget
         run_budget = RunBudget(cap=budget.target_tokens, trial_cap=budget.per_trial_tokens)
+        optimizer = OptimizerBudget(optimizer_cap(budget))
         with self._tally_cond:
             for rec in self.ledger.records(run_id):
                 if rec.type != "GatewayCall":
@@ -449,6 +452,8 @@ class Gateway:
                 assert isinstance(payload, GatewayCall)
                 if payload.reservation_index is not None:
                     run_budget.restore(payload.trial_id, payload.tokens.total)
+                elif payload.scope == "optimizer":
+                    optimizer.restore(payload.tokens.total)
                 if payload.trial_id is not None:
                     tally = self._tallies.setdefault((run_id, payload.trial_id), _Tally())
                     tally.calls += 1
@@ -458,6 +463,7 @@ class Gateway:
             frozenset(opened.terms.models),
             run_budget,
             frozenset(getattr(opened.terms, "server_tools", None) or ()),
+            optimizer,
         )
 
     def _allowed_models(self, claims: TokenClaims) -> frozenset[str]:
@@ -649,8 +655,15 @@ class Gateway:
         # Within the exact JSON range by the request and setting bounds (gateway.limits).
         call.reserved = exact_count(prompt + choices * max_tokens, "reservation")
         limit = call.fmt.limit_field
-        if claims.scope != "target":
-            return  # the optimizer scope is metered, not capped
+        if claims.scope != "target":  # metered and capped by a cap of its own
+            run = self._run_state(claims.run_id)
+            left = run.optimizer.reserve(call.call_id, call.reserved)
+            if left is not None:
+                message = optimizer_refusal(
+                    call.reserved, prompt, limit, max_tokens, left, run.optimizer
+                )
+                raise _Denial(402, "insufficient_quota", "budget_exhausted", message)
+            return
         budget = self._run_state(claims.run_id).budget
         denial: list[_Denial] = []
 
@@ -719,6 +732,8 @@ class Gateway:
             budget.settle(call.call_id, usage.total, on_settled)
         else:
             on_settled()
+            if call.scope == "optimizer" and call.run_id is not None:
+                self._run_state(call.run_id).optimizer.settle(call.call_id, usage.total)
 
     # ------------------------------------------------------------------ forwarding
 

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from holedger.schemas.events import GatewayBudgetState
+from holedger.schemas.events import BudgetVector, GatewayBudgetState
+
+# The optimizer scope's token cap when the task names none (budget.optimizer_tokens):
+# generous, ten times the default target budget; only a runaway optimizer reaches it.
+DEFAULT_OPTIMIZER_TOKENS = 20_000_000
+
+
+def optimizer_cap(budget: BudgetVector) -> int:
+    """The optimizer scope's token cap under ``budget``."""
+    cap = budget.optimizer_tokens
+    return DEFAULT_OPTIMIZER_TOKENS if cap is None else cap
 
 
 def fits(cap: int, settled: int, outstanding: int, amount: int) -> bool:

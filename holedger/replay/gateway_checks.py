@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from holedger.gateway.formats import FORMATS, METERED_PATHS
 from holedger.ledger.records import Record
-from holedger.protocol.tokens import budget_denial
+from holedger.protocol.tokens import budget_denial, optimizer_cap
 from holedger.replay.report import ReportBuilder
 from holedger.schemas.events import (
     GatewayBudgetState,
@@ -182,6 +182,7 @@ class GatewayProjection:
         self.models = frozenset(opened.terms.models)
         self.cap = opened.terms.budget.target_tokens
         self.trial_cap = opened.terms.budget.per_trial_tokens
+        self.optimizer_cap = optimizer_cap(opened.terms.budget)
         self.call_count = 0
         self.trial_count = 0
         self._call_failures = _FailureLog()
@@ -338,10 +339,26 @@ class GatewayProjection:
             ("gateway_budget", "every budget decision matches the re-derived token budget"),
             ("gateway_cap", "settled target tokens within the cap"),
             ("gateway_trial_totals", "every trial's tokens equal the sum of its calls"),
+            ("gateway_optimizer_cap", "settled optimizer tokens within the optimizer's cap"),
         ):
             out.declare(name, detail)
         self._call_failures.emit(out)
         self._check_budget(out)
+        optimizer = self._optimizer[4]
+        if optimizer > self.optimizer_cap:
+            out.fail(
+                None,
+                "GatewayCall",
+                f"settled optimizer tokens {optimizer} exceed the optimizer's cap "
+                f"{self.optimizer_cap}",
+                check="gateway_optimizer_cap",
+            )
+        else:
+            out.check(
+                "gateway_optimizer_cap",
+                True,
+                f"{optimizer} of {self.optimizer_cap} optimizer tokens settled",
+            )
         self._check_trials(out)
         self._section(out)
 
@@ -530,6 +547,7 @@ class GatewayProjection:
                 "target_settled": self._settled_total,
                 "overshoot": max(0, self._settled_total - self.cap),
                 "estimated_calls": self._estimated,
+                "optimizer_cap": self.optimizer_cap,
                 "optimizer_tokens": _usage(
                     self._optimizer, self._cache_write["optimizer"]
                 ).model_dump(),

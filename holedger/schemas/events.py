@@ -106,6 +106,9 @@ class BudgetVector(Model):
     val: SplitBudget
     target_tokens: Count
     per_trial_tokens: Count | None = None
+    # The optimizer scope's token cap; absent (not even null) when the task names none:
+    # the gateway then applies its documented default (gateway.optimizer_budget).
+    optimizer_tokens: Count | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class DisclosurePolicy(Model):
