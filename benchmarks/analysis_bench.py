@@ -94,8 +94,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--verify-runs", type=int, default=1000)
+    parser.add_argument(
+        "--tmp",
+        default="/dev/shm" if Path("/dev/shm").is_dir() else None,
+        help="Where to write the ledger and bundles (default: memory-backed /dev/shm, so "
+        "writing the runs is not bound by the disk's syncs).",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         home = Path(tmp) / "home"
         started = time.perf_counter()
         paths = write_runs(home, args.runs)

@@ -210,3 +210,20 @@ def test_a_file_that_is_not_a_bundle_is_a_one_line_error(tmp_path: Path) -> None
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert "notes.hlb" in result.output and "Traceback" not in result.output
+
+
+def test_output_from_a_table_says_first_that_nothing_is_verified(tmp_path: Path) -> None:
+    table = tmp_path / "t.csv"
+    table.write_text("model,harness,s\nA,oc,0.1\nB,oc,0.3\n")
+    for what in ("grid", "lss", "contrasts", "budget"):
+        args = ["--home", str(tmp_path / "h"), "analysis", what, "--table", str(table)]
+        result = CliRunner().invoke(cli, [*args, "--band", "s=0.05"])
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[0].startswith("UNVERIFIED: read from a published table")
+        data = json.loads(CliRunner().invoke(cli, [*args, "--band", "s=0.05", "--json"]).output)
+        assert data["verified"] is None and data["source"] == "table"
+        assert data["unverified_notice"].startswith("UNVERIFIED")
+    # a table cannot be verified: asking is bad usage
+    args = ["--home", str(tmp_path / "h"), "analysis", "grid", "--table", str(table), "--verify"]
+    result = CliRunner().invoke(cli, [*args, "--band", "s=0.05"])
+    assert result.exit_code == 2 and "cannot be verified" in result.output
