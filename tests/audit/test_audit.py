@@ -422,3 +422,15 @@ def test_a_gain_that_is_not_significant_is_not_decomposed(
     assert state.scale is None and state.findings == [] and state.controls == []
     report = verify_audit(audited.settings, ledger, ctx.log, audit_id)
     assert report.verified, report.failures
+
+
+def test_the_runs_html_report_has_an_audits_section(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    from holedger.replay.engine import replay_run
+    from holedger.replay.html.page import build_report
+
+    page = build_report(ledger, audited.run_id, replay_run(ledger, audited.run_id))
+    section = page[page.index('<section id="audits">') :]
+    assert finished["audit_id"] in section and "lookup_table" in section
+    assert "<td>5/14</td>" in section and "1 / 0 / 0" in section

@@ -65,8 +65,9 @@ details{margin:8px 0}
 """
 
 
-def render_html(data: RunData, report: ReplayReport) -> str:
-    """The whole page as one string."""
+def render_html(data: RunData, report: ReplayReport, audits: str = "") -> str:
+    """The whole page as one string (``audits``: the audits section, when the run has
+    any)."""
     nav = "".join(
         f'<a href="#{sid}">{esc(name)}</a>'
         for sid, name in (
@@ -77,6 +78,7 @@ def render_html(data: RunData, report: ReplayReport) -> str:
             ("held-out", "held-out score"),
             ("safety", "safety"),
             ("leakage", "leakage"),
+            *((("audits", "audits"),) if audits else ()),
         )
     )
     state = {"verified-aborted": "verified (aborted)", "failed": "FAILED verification"}.get(
@@ -91,6 +93,7 @@ def render_html(data: RunData, report: ReplayReport) -> str:
             held_out_section(report, data),
             safety_section(report, data),
             leakage_section(report),
+            audits,
             other_sections(report),
         ]
     )
@@ -117,7 +120,9 @@ def render_html(data: RunData, report: ReplayReport) -> str:
 
 def build_report(ledger: Ledger, run_id: str, report: ReplayReport) -> str:
     """The HTML page of ``run_id`` given its replay report."""
-    return render_html(collect_run(ledger, run_id), report)
+    from holedger.audit.html import audits_section
+
+    return render_html(collect_run(ledger, run_id), report, audits_section(ledger, run_id))
 
 
 def write_report(ledger: Ledger, run_id: str, report: ReplayReport, path: Path) -> Path:
