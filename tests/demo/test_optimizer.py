@@ -115,6 +115,20 @@ def test_the_optimizer_commits_only_what_changed() -> None:
     assert opt.changes_between(before, after) == {"b.py": "two", "d.py": "4", "c.py": None}
 
 
+def test_the_log_keeps_a_trees_paths_not_its_contents() -> None:
+    """The seed's files (the demo task's corpus among them) are the optimizer's to read,
+    but its log, kept beside the report, lists them by path and size only."""
+    listing = {
+        "candidate": "c0",
+        "files": [
+            {"path": "a.txt", "size": 3, "executable": False, "immutable": True, "text": "abc"}
+        ],
+    }
+    logged = opt.without_contents(listing)
+    assert logged["files"] == [{"path": "a.txt", "size": 3, "executable": False, "immutable": True}]
+    assert "abc" not in str(logged) and listing["files"][0]["text"] == "abc"
+
+
 def test_log_parsing_keeps_json_lines_only() -> None:
     out = b'{"path": "", "status": 200}\nnot json\n{"path": "/x"}\n{broken\n'
     assert parse_log(out) == [{"path": "", "status": 200}, {"path": "/x"}]

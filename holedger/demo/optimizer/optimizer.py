@@ -56,7 +56,16 @@ class Api:
         self.token = token
         self.log = log
 
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 900) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 900,
+        logged: Any = None,
+    ) -> Any:
+        """The parsed answer; the log gets it whole, or ``logged(answer)`` when given (a
+        tree's file contents are logged as paths and sizes only)."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"authorization": f"Bearer {self.token}", "accept": "application/json"}
         if data is not None:
@@ -83,9 +92,10 @@ class Api:
                 parsed: Any = json.loads(raw) if raw else None
             except ValueError:
                 parsed = raw.decode("utf-8", "replace")
+            shown = logged(parsed) if logged is not None and status < 400 else parsed
             self.log.write(
                 json.dumps(
-                    {"method": method, "path": path, "status": status, "body": parsed},
+                    {"method": method, "path": path, "status": status, "body": shown},
                     sort_keys=True,
                 )
                 + "\n"
@@ -158,6 +168,15 @@ def text_files(listing: dict[str, Any]) -> dict[str, str]:
     return {f["path"]: f["text"] for f in listing["files"] if "text" in f}
 
 
+def without_contents(listing: Any) -> Any:
+    """A tree listing as the log keeps it: each file's path, size and flags, no content."""
+    if not isinstance(listing, dict) or not isinstance(listing.get("files"), list):
+        return listing
+    keep = ("path", "size", "executable", "immutable")
+    files = [{k: f.get(k) for k in keep} for f in listing["files"] if isinstance(f, dict)]
+    return {**listing, "files": files}
+
+
 def changes_between(before: dict[str, str], after: dict[str, str]) -> dict[str, str | None]:
     """What turns ``before`` into ``after``: changed or new files, and None for removed."""
     changes: dict[str, str | None] = {p: t for p, t in after.items() if before.get(p) != t}
@@ -222,7 +241,7 @@ class Optimizer:
         return info
 
     def seed_tree(self) -> dict[str, str]:
-        listing = self.api.call("GET", "/candidates/seed/tree?contents=1")
+        listing = self.api.call("GET", "/candidates/seed/tree?contents=1", logged=without_contents)
         immutable = [f["path"] for f in listing["files"] if f["immutable"]]
         say(f"seed: {len(listing['files'])} files, {len(immutable)} under immutable paths")
         return text_files(listing)
