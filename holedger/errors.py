@@ -23,10 +23,12 @@ class HoledgerError(Exception):
 
     def one_line(self) -> str:
         """The message and the hint, on one line, as the CLI prints it."""
+        from holedger.schemas.untrusted import escape_text
+
         text = self.message.replace("\n", " ")
         if self.hint:
             text += f" (hint: {self.hint})"
-        return text
+        return escape_text(text)
 
 
 class UsageError(HoledgerError):

@@ -6,7 +6,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,6 +19,7 @@ from rich.text import Text
 
 from holedger.config import Settings
 from holedger.numbers import for_json
+from holedger.schemas.untrusted import escape_text, is_safe
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -60,6 +61,19 @@ def pipe_closed() -> None:
 class _Console(Console):
     def on_broken_pipe(self) -> None:  # rich's own exits 1
         pipe_closed()
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # Whatever the text came from (an event's detail, a path, a name), no control
+        # character or escape sequence of it reaches the terminal; rich's own styles are
+        # control segments, and stay.
+        return super()._render_buffer(
+            segment if segment.control else Segment(_shown(segment.text), *segment[1:])
+            for segment in buffer
+        )
+
+
+def _shown(text: str) -> str:
+    return text if is_safe(text, keep="\n\t") else escape_text(text, keep="\n\t")
 
 
 def plain(value: object) -> str:
@@ -117,7 +131,8 @@ class OutputTable:
     ) -> None:
         self.title = title
         self.columns = list(columns)
-        self.cells = [[str(cell) for cell in row] for row in rows]
+        # escaped before layout, so a box is as wide as what it shows
+        self.cells = [[escape_text(str(cell), keep="\n\t\r") for cell in row] for row in rows]
         self.whole = whole
         self.fold = fold
 
@@ -152,7 +167,7 @@ class OutputTable:
 
 
 def _tsv_cell(value: str) -> str:
-    return (
+    return escape_text(
         value.replace("\\", "\\\\").replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
     )
 

@@ -75,6 +75,7 @@ from holedger.schemas.events import (
     TokenUsage,
 )
 from holedger.schemas.types import Role, exact_count
+from holedger.schemas.untrusted import escape_text
 
 log = logging.getLogger("holedger.gateway")
 MODELS_PATH = "/v1/models"
@@ -1094,7 +1095,7 @@ class _Outcome:
             category=self.safety,
             trial_id=call.trial_id,
             call_id=call.call_id,
-            detail=_text(self.reason) or self.safety,
+            detail=escape_text(_text(self.reason) or self.safety),
             evidence_digest=hashlib.sha256(evidence).hexdigest(),
         )
         return [("SafetyViolation", violation, "gateway")], [evidence]

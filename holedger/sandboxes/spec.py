@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
+from holedger.schemas.untrusted import escape_text
+
 # Where things appear inside every isolated backend; the same paths in bwrap and docker.
 CODE_DIR = "/code"
 RUNTIME_DIR = "/opt/holedger/runtime"
@@ -73,6 +75,10 @@ class Observation:
 
     category: str
     detail: str
+
+    def __post_init__(self) -> None:
+        # The detail may quote what a harness chose (a DNS name, a path): stored escaped.
+        object.__setattr__(self, "detail", escape_text(self.detail))
 
 
 Isolation = Literal["isolated", "none"]

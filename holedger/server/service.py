@@ -66,6 +66,7 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 from holedger.schemas.types import Role
+from holedger.schemas.untrusted import escape_text
 from holedger.server import MAX_ATTEMPTS, taskview
 from holedger.server.budget_view import budget_json
 from holedger.server.candidates import (
@@ -1140,7 +1141,9 @@ def _unfinished_trial(
         tokens=tokens or TokenUsage(),
         gateway_calls=calls,
     )
-    violation = SafetyViolation(category="sandbox_error", trial_id=plan.trial_id, detail=detail)
+    violation = SafetyViolation(
+        category="sandbox_error", trial_id=plan.trial_id, detail=escape_text(detail)
+    )
     return TrialOutcome(completed, [violation], None)
 
 

@@ -9,10 +9,13 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.replay.html.data import as_fraction
+from holedger.schemas.untrusted import escape_text
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """``value`` as HTML text: markup escaped, and no control character, escape sequence
+    or bidi override of it left raw (``holedger.schemas.untrusted``)."""
+    return html.escape(escape_text(str(value)), quote=True)
 
 
 def fmt_num(value: Any, digits: int = 3) -> str:

@@ -18,6 +18,7 @@ from holedger.replay.html.sections import (
     verdict_section,
 )
 from holedger.replay.report import ReplayReport
+from holedger.schemas.untrusted import escape_text
 
 SECTION_IDS = (
     "verdict",
@@ -102,7 +103,7 @@ def render_html(data: RunData, report: ReplayReport, audits: str = "") -> str:
         if data.unreadable
         else ""
     )
-    return (
+    page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -116,6 +117,8 @@ def render_html(data: RunData, report: ReplayReport, audits: str = "") -> str:
         f"<code>holedger replay {esc(report.run_id)}</code>.</p></footer>"
         "</main></body></html>\n"
     )
+    # Whatever a section put in without esc(): no raw control byte leaves the page.
+    return escape_text(page, keep="\n")
 
 
 def build_report(ledger: Ledger, run_id: str, report: ReplayReport) -> str:
