@@ -4,8 +4,9 @@ A trial must never see the holedger package (its bundled tasks hold held-out ans
 anything else in the host's site-packages. So the sandbox gets the interpreter and its
 standard library read-only, with every site-packages directory hidden, plus one curated
 directory holding only the distributions a harness may import: by default ``openai`` and
-everything it requires, found from the installed distributions' metadata and copied, with
-their compiled bytecode, into a cache directory built once per content digest.
+``anthropic`` (the two providers' SDKs) and everything they require, found from the
+installed distributions' metadata and copied, with their compiled bytecode, into a cache
+directory built once per content digest.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from packaging.utils import canonicalize_name
 
 from holedger.errors import SandboxError
 
-DEFAULT_PACKAGES = ("openai",)
+DEFAULT_PACKAGES = ("openai", "anthropic")
 RUNTIME_FORMAT = 1
 # Never copied into a runtime, whatever depends on it.
 FORBIDDEN = frozenset({"holedger"})

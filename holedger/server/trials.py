@@ -124,6 +124,9 @@ class TrialRunner:
                 relays[port] = access.socket
                 env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
                 env["OPENAI_API_KEY"] = access.token
+                # The anthropic SDK appends /v1/messages to its base URL itself.
+                env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+                env["ANTHROPIC_API_KEY"] = access.token
             spec = SandboxSpec(
                 code_dir=code,
                 argv=list(self.entrypoint),

@@ -80,13 +80,15 @@ def test_holedger_is_not_importable_but_openai_is(isolating: Backend, run_harnes
         """
         import importlib.util, json
         print(json.dumps({m: importlib.util.find_spec(m) is not None
-                          for m in ("holedger", "openai", "httpx", "pydantic", "pytest")}))
+                          for m in ("holedger", "openai", "anthropic", "httpx", "pydantic",
+                                    "pytest")}))
         """,
     )
     assert result.exit_status == 0, result.stderr
     assert json.loads(result.stdout) == {
         "holedger": False,
         "openai": True,
+        "anthropic": True,
         "httpx": json.loads(result.stdout)["httpx"],  # whichever client openai depends on
         "pydantic": True,
         "pytest": False,

@@ -69,12 +69,13 @@ def test_dns_question_parsing_and_nxdomain() -> None:
     assert _dns_question(query[:20]) is None  # truncated name
 
 
-def test_runtime_holds_openai_and_never_holedger() -> None:
+def test_runtime_holds_openai_and_anthropic_and_never_holedger() -> None:
     names = {d.metadata["Name"].lower() for d in runtime_distributions()}
-    assert "openai" in names and "pydantic" in names
+    assert {"openai", "anthropic", "pydantic"} <= names
     assert "holedger" not in names
     runtime = build_runtime()
     assert (runtime / "openai" / "__init__.py").is_file()
+    assert (runtime / "anthropic" / "__init__.py").is_file()
     assert not (runtime / "holedger").exists()
     assert not list(runtime.glob("*.pth"))
 

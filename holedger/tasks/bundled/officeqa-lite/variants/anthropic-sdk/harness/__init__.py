@@ -1,0 +1,1 @@
+"""The officeqa-lite seed harness (run as ``python3 -m harness``)."""
