@@ -434,3 +434,16 @@ def test_the_runs_html_report_has_an_audits_section(
     section = page[page.index('<section id="audits">') :]
     assert finished["audit_id"] in section and "lookup_table" in section
     assert "<td>5/14</td>" in section and "1 / 0 / 0" in section
+
+
+def test_analysis_hda_counts_the_decomposed_audit(
+    finished: dict[str, Any], audited: AuditedRun
+) -> None:
+    result = run_cli(audited, "analysis", "hda", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    mine = next(s for s in data["settings"] if s["audit_id"] == finished["audit_id"])
+    assert mine["shares"] == {"o": "1", "t": "0", "g": "0"} and mine["delta"] == "5/14"
+    assert finished["audit_id"] in data["o_plus_t_over_half"]["audits"]
+    [task] = data["dominant_term_per_task"]
+    assert task.startswith("tiny-folder@") and data["dominant_term_per_task"][task]["term"] == "O"
