@@ -332,6 +332,19 @@ def test_a_neutralized_commit_whose_parent_is_not_hhat_is_refused(
         str(audited.auditor_path),
     )
     assert "parent" in one_line_error(result)
+    unknown = run_cli(
+        audited,
+        "audit",
+        "neutralize",
+        finished["audit_id"],
+        "--from",
+        str(tmp_path),
+        "--parent",
+        "0123abcd",
+        "--key",
+        str(audited.auditor_path),
+    )
+    assert "not 0123abcd" in one_line_error(unknown)
 
 
 def test_a_manual_finding_is_signed_and_shown(audited: AuditedRun, ledger: Ledger) -> None:
