@@ -20,7 +20,6 @@ asserted: run it, read the figures.
 from __future__ import annotations
 
 import argparse
-import resource
 import subprocess
 import sys
 import tempfile
@@ -75,19 +74,28 @@ def write_runs(home: Path, n: int) -> list[Path]:
     return paths
 
 
+# Runs the command line in this interpreter and reports its own peak resident memory.
+_CHILD = (
+    "import resource, runpy, sys\n"
+    "sys.argv = ['holedger', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('holedger', run_name='__main__')\n"
+    "finally:\n"
+    "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "    print(f'PEAK_KB {peak}', file=sys.stderr)\n"
+)
+
+
 def timed(args: list[str]) -> tuple[float, float, int]:
     """(seconds, peak RSS in MB, exit code) of one analysis process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "holedger", *args], capture_output=True, check=False
-    )
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, check=False)
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    err = proc.stderr.decode(errors="replace")
+    peaks = [int(line.split()[1]) for line in err.splitlines() if line.startswith("PEAK_KB ")]
     if proc.returncode:
-        print(proc.stderr.decode(errors="replace")[-500:], file=sys.stderr)
-    # ru_maxrss of children is the largest of any child so far: report it when it grew
-    return seconds, max(peak, before) / 1024, proc.returncode
+        print(err[-500:], file=sys.stderr)
+    return seconds, (peaks[-1] / 1024 if peaks else float("nan")), proc.returncode
 
 
 def main() -> None:

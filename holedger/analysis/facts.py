@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from holedger.analysis.gains import RunGain, gain_of
+from holedger.analysis.stats import round_means_se
 from holedger.ledger.records import Record
 from holedger.protocol.rules import add_use, no_use
 from holedger.schemas.events import (
@@ -22,6 +23,7 @@ from holedger.schemas.events import (
     OptimizerDescriptor,
     RunClosed,
     RunOpened,
+    RunScored,
 )
 
 
@@ -47,6 +49,8 @@ class RunFacts(RunGain):
     target_token_cap: int = 0
     optimizer_tokens: dict[str, int] = field(default_factory=dict)
     candidates: tuple[Candidate, ...] = ()
+    round_means: tuple[Fraction, ...] = ()  # E(H+)'s K round means on test
+    se_h_plus: float | None = None  # their standard error (A3)
 
 
 def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
@@ -64,9 +68,9 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
     target_search = target_heldout = 0
     opt = {"input": 0, "cached": 0, "output": 0, "reasoning": 0, "total": 0}
     candidates: list[Candidate] = []
+    rounds: list[Fraction] = []
+    se: float | None = None
     for rec in records:
-        if rec.type.startswith("RunAbort"):
-            return "aborted"
         if rec.type not in _READ:
             continue
         payload = rec.typed_payload()
@@ -102,6 +106,8 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
             )
         elif isinstance(payload, RunClosed):
             closed = payload
+        elif isinstance(payload, RunScored):
+            rounds, se = round_means_se([c.scores for c in payload.per_case])
     if closed is not None and "abort" in closed.reason:
         return f"aborted ({closed.reason})"
     if gain is None or opened is None:
@@ -126,6 +132,8 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
         target_token_cap=budget.target_tokens,
         optimizer_tokens=opt,
         candidates=tuple(candidates),
+        round_means=tuple(rounds),
+        se_h_plus=se,
     )
 
 
@@ -137,8 +145,11 @@ _READ = frozenset(
         "GatewayCall",
         "CandidateCommitted",
         "RunClosed",
+        "RunScored",
     }
 )
+# Every type facts_of (and gain_of) reads; a reader may skip the others unparsed.
+FACT_TYPES = _READ
 
 
 def _exhausted(opened: RunOpened, used: object) -> str | None:

@@ -220,8 +220,11 @@ def collect_bundles(
     no_baseline: list[str] | None = None,
     aborted: list[str] | None = None,
     extract: Extract = gain_of,
+    wanted: frozenset[str] | None = None,
 ) -> list[RunGain]:
     """As :func:`collect`, from run bundles (``holedger export``) instead of a ledger.
+    ``wanted``: the event types ``extract`` reads; other records are not parsed (their
+    type is the last member of the signed envelope, so it is read off the record's end).
 
     A run counts once, however many bundles of it are given. With ``verify``, the first of
     its bundles that verifies counts (so the order of the files does not decide), and a
@@ -241,7 +244,12 @@ def collect_bundles(
         try:
             with open_bundle(path) as bundle:
                 run_id = bundle.run_id
-                gain = extract(run_id, (parse_record(raw) for raw in bundle.records()), cut)
+                records = (
+                    parse_record(raw)
+                    for raw in bundle.records()
+                    if wanted is None or _wanted(raw, wanted)
+                )
+                gain = extract(run_id, records, cut)
         except BundleError as exc:  # name the file: many are given
             raise BundleError(f"{path}: {exc}", hint=exc.hint) from None
         if cut and aborted is not None and run_id not in aborted:
@@ -291,6 +299,15 @@ def collect_bundles(
             if excluded is not None:
                 excluded.append(run_id)
     return gains
+
+
+def _wanted(raw: bytes, wanted: frozenset[str]) -> bool:
+    """Whether a record is of a wanted type, read off its end (``..."type":"T"}``); a
+    record whose end is not so is parsed (and judged) anyway."""
+    start = raw.rfind(b',"type":"')
+    if start < 0 or not raw.endswith(b'"}'):
+        return True
+    return raw[start + 9 : -2].decode("ascii", "replace") in wanted
 
 
 def _kept(

@@ -22,7 +22,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from holedger.analysis.facts import RunFacts, facts_of
+from holedger.analysis.facts import FACT_TYPES, RunFacts, facts_of
 from holedger.analysis.grid import Observation
 from holedger.errors import UsageError
 from holedger.ledger.keys import PublicKey
@@ -139,6 +139,7 @@ def from_runs(
             trusted_keys=trusted_keys,
             no_baseline=no_baseline,
             extract=extract,
+            wanted=FACT_TYPES,
         )
     else:
         from holedger.ledger.store import Ledger

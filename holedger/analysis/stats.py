@@ -79,3 +79,15 @@ def fmt(value: Fraction | float | None, signed: bool = True, digits: int = 3) ->
     if value is None:
         return "-"
     return f"{float(value):{'+' if signed else ''}.{digits}f}"
+
+
+def round_means_se(per_case: Sequence[Sequence[Fraction]]) -> tuple[list[Fraction], float | None]:
+    """The K round means (round r = attempt r of every case) and their standard error,
+    sd(round means, n - 1) / sqrt(K) (A3, reading, not stated); None for K < 2 or cases
+    scored a different number of times."""
+    if not per_case or len({len(s) for s in per_case}) != 1:
+        return [], None
+    k = len(per_case[0])
+    rounds = [mean([scores[r] for scores in per_case]) for r in range(k)]
+    sd = sample_sd(rounds)
+    return rounds, None if sd is None else sd / math.sqrt(k)

@@ -32,6 +32,10 @@ from holedger.analysis.optimism import frontier, optimism
 from holedger.analysis.sources import Source
 from holedger.analysis.stats import number
 
+READING_SE = (
+    "A3: E(H+)'s error bar is the standard error of its K round means, round r = attempt "
+    "r of every test case, sd(n - 1) / sqrt(K) (reading, not stated)"
+)
 READING_STUB = (
     "A7: a task whose pinned E(H0) is 0 (a stub seed) is left out of the model composite "
     "(reading, not stated)"
@@ -53,10 +57,29 @@ def cells_of(source: Source) -> list[Cell]:
 def grid_json(source: Source) -> dict[str, Any]:
     _, notes = task_bands(source.observations)
     cells = cells_of(source)
+    runs = []
+    for o in source.observations:
+        f = source.facts.get(o.run_id or "")
+        if f is None:
+            continue
+        runs.append(
+            {
+                "run_id": o.run_id,
+                "task": o.task,
+                "model": o.model,
+                "harness": o.harness,
+                "replicate": o.replicate,
+                "e_h_plus": f.e_h_plus,
+                "e_h_plus_round_means": list(f.round_means),
+                "e_h_plus_se": f.se_h_plus,
+                "e_h0": f.e_h0,
+                "g": f.g,
+            }
+        )
     return _with_header(
         source,
-        {"cells": [c.to_json() for c in cells], "band_notes": notes},
-        [READING_QUALIFYING, READING_UNDEFINED_G],
+        {"cells": [c.to_json() for c in cells], "runs": runs, "band_notes": notes},
+        [READING_QUALIFYING, READING_UNDEFINED_G, READING_SE],
     )
 
 

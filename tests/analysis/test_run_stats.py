@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction as F
 from pathlib import Path
 
+import pytest
 from replay_protocol.runs import RunWriter, honest_finish, honest_search, terms
 
 from holedger.analysis.budget import budget_use, tokens_vs_gain
@@ -121,3 +122,15 @@ def test_facts_of_a_run_read_from_its_records(tmp_path: Path) -> None:
     assert [c.commit for c in got.candidates] == ["a" * 40, "b" * 40]
     cut = facts_of(writer.run_id, list(ledger.records(writer.run_id))[:-2])
     assert cut == "not closed (still open, or its log is cut)"
+
+
+def test_standard_error_of_the_round_means_by_hand() -> None:
+    from holedger.analysis.stats import round_means_se
+
+    # two cases, K = 3: rounds (1+0)/2, (1+1)/2, (0+0)/2 = 1/2, 1, 0; mean 1/2,
+    # sample sd = sqrt(((0)^2 + (1/2)^2 + (1/2)^2) / 2) = 1/2; SE = (1/2) / sqrt(3)
+    rounds, se = round_means_se([[F(1), F(1), F(0)], [F(0), F(1), F(0)]])
+    assert rounds == [F(1, 2), F(1), F(0)]
+    assert se == pytest.approx(0.5 / 3**0.5)
+    assert round_means_se([[F(1)], [F(0)]]) == ([F(1, 2)], None)  # K = 1: no spread
+    assert round_means_se([[F(1), F(0)], [F(1)]]) == ([], None)  # uneven attempts
