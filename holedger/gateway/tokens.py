@@ -131,7 +131,7 @@ class TokenRegistry:
         return self._issue(claims)
 
     def issue_optimizer_token(self, run_id: str, *, ttl_s: int | None = None) -> str:
-        """A token for the run's optimizer scope: metered, not capped."""
+        """A token for the run's optimizer scope: metered and capped (its own cap)."""
         expires = int(time.time()) + ttl_s if ttl_s is not None else None
         return self._issue(TokenClaims(run_id, "optimizer", expires_at=expires))
 

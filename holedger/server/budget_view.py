@@ -4,8 +4,8 @@ the use so far and what remains.
 Components: ``dev calls``, ``dev case_passes``, ``val calls``, ``val case_passes`` (from
 the accepted requests), ``target tokens`` (the tokens of the trials' recorded model
 calls, against the task's ``target_tokens``) and ``optimizer tokens`` (the optimizer's own
-calls through its gateway scope; its limit is the terms' optimizer cap where the task
-sets one, else null: metered, not capped). Exact rationals are strings, as everywhere in
+calls through its gateway scope, against the optimizer's cap: the terms'
+``optimizer_tokens``, else the gateway's default). Exact rationals are strings, as everywhere in
 the API; token counts are integers. A limit of 0 for target tokens means not capped (the
 gateway's convention), and its ``remaining`` is then null.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from holedger.protocol.tokens import optimizer_cap
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import TaskTerms
 from holedger.server.state import RunState
@@ -29,13 +30,10 @@ def _number(value: int | Fraction | None) -> Any:
     return rational_to_str(value)
 
 
-def optimizer_token_limit(terms: TaskTerms) -> int | None:
-    """The optimizer scope's token cap of the terms, when they hold one."""
-    for name in ("optimizer_tokens", "optimizer_token_cap"):
-        value = getattr(terms.budget, name, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+def optimizer_token_limit(terms: TaskTerms) -> int:
+    """The optimizer scope's token cap: the terms' ``optimizer_tokens``, else the default
+    the gateway applies (protocol.tokens)."""
+    return optimizer_cap(terms.budget)
 
 
 def budget_rows(state: RunState, terms: TaskTerms) -> list[dict[str, Any]]:
@@ -71,7 +69,7 @@ def budget_rows(state: RunState, terms: TaskTerms) -> list[dict[str, Any]]:
             "component": "optimizer tokens",
             "limit": opt_limit,
             "used": opt_used,
-            "remaining": None if opt_limit is None else opt_limit - opt_used,
+            "remaining": opt_limit - opt_used,
         }
     )
     return rows

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from holedger.gateway.serve import AppServer
+from holedger.protocol.tokens import DEFAULT_OPTIMIZER_TOKENS
 from holedger.server.api import create_api_app
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
@@ -103,7 +104,7 @@ def test_an_author_reads_commits_changes_reads_the_budget_and_nominates(
     assert before["dev"] == {"calls": 100, "case_passes": "4"}
     assert after["dev"] == {"calls": 99, "case_passes": "23/6"}
     assert before["target_tokens"] == after["target_tokens"] == 100000  # no model calls
-    assert after["optimizer_tokens"] is None  # metered, not capped by these terms
+    assert after["optimizer_tokens"] == DEFAULT_OPTIMIZER_TOKENS  # the default cap, unused
     assert seen["info_budget"] == after
     assert seen["dev_score"] == "1"
 
