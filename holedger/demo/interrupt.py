@@ -56,6 +56,24 @@ def in_daemon_thread(fn: Callable[..., T], *args: Any) -> concurrent.futures.Fut
     return future
 
 
+def opened_meanwhile(reader: Any, before: set[str]) -> str | None:
+    """The demo's own run when it was recorded but not yet returned to the demo: the one
+    open run, not a seed-baseline run, that was not in the ledger before."""
+    from holedger.protocol.rules import BASELINE_OPTIMIZER
+
+    try:
+        found = [
+            info.run_id
+            for info in reader.runs()
+            if info.run_id not in before
+            and info.state == "open"
+            and info.optimizer != BASELINE_OPTIMIZER
+        ]
+    except Exception:  # reading the ledger must not hide the interrupt
+        return None
+    return found[0] if len(found) == 1 else None
+
+
 def abort_command(home_args: str, run_id: str) -> str:
     return f"holedger{home_args} run abort {run_id} --reason 'interrupted'"
 

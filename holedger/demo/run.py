@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from holedger.config import Settings
-from holedger.demo.interrupt import in_daemon_thread, interrupted
+from holedger.demo.interrupt import in_daemon_thread, interrupted, opened_meanwhile
 from holedger.errors import SandboxError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
@@ -269,6 +269,7 @@ def run_demo(
         say(f"created the home {plain(cfg.home)}")
     ledger = Ledger.from_settings(cfg)
     reader = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    runs_before = set(reader.run_ids())
     private = Path(tempfile.mkdtemp(prefix="holedger-demo-"))
     private.chmod(0o711)
     api_sock, gw_sock = private / "api.sock", private / "gateway.sock"
@@ -393,6 +394,8 @@ def run_demo(
         report = replay_in_home(cfg, reader, run_id, trusted_keys=[home_key])
         report_path = write_report(reader, run_id, report, cfg.reports_dir / f"{run_id}.html")
     except KeyboardInterrupt:
+        if run_id is None:  # cut short while opening its run: the run, if it was recorded
+            run_id = opened_meanwhile(reader, runs_before)
         interrupted(cfg, server, run_id, fut_opt, say)
         raise
     finally:
