@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from holedger.config import Settings
+from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
-from holedger.replay.html import write_report
+from holedger.replay.html import Sources, write_report
 from holedger.replay.report import ReplayReport
+from holedger.tasks.loader import find_task
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,25 @@ def default_report_path(cfg: Settings, run_id: str) -> Path:
     return cfg.reports_dir / f"{run_id}.html"
 
 
+def optimizer_log_path(cfg: Settings, run_id: str) -> Path:
+    """Where the demo keeps the optimizer's log of a run, beside its report."""
+    return cfg.reports_dir / f"{run_id}.optimizer.jsonl"
+
+
+def report_sources(cfg: Settings, run_id: str, report: ReplayReport) -> Sources:
+    """What the page reads beside the ledger: the run's candidate repository, the task's
+    prepared edits (when the task the run names is found here) and the optimizer log."""
+    run = report.sections.get("run")
+    task_id = run.get("task_id") if isinstance(run, dict) else None
+    edits = None
+    if isinstance(task_id, str):
+        try:
+            edits = find_task(task_id) / "edits"
+        except HoledgerError:  # a task not installed here: the page names no edits
+            edits = None
+    return Sources(cfg.run_repo(run_id), edits, optimizer_log_path(cfg, run_id))
+
+
 def render_run_report(
     cfg: Settings,
     run: str,
@@ -50,7 +71,13 @@ def render_run_report(
     try:
         run_id = ledger.resolve_run(run)
         report = replay_in_home(cfg, ledger, run_id, progress)
-        path = write_report(ledger, run_id, report, output or default_report_path(cfg, run_id))
+        path = write_report(
+            ledger,
+            run_id,
+            report,
+            output or default_report_path(cfg, run_id),
+            report_sources(cfg, run_id, report),
+        )
     finally:
         ledger.close()
     return RenderedReport(run_id, path.absolute(), report.verified, report)

@@ -253,7 +253,7 @@ def run_demo(
     """Run the whole demo; progress on stderr, the human summary on stdout (not with
     ``as_json``: then the caller prints ``to_json()``). Interrupted (Ctrl-C), it records
     what ran, closes its run as aborted, and raises KeyboardInterrupt (see interrupt.py)."""
-    from holedger.demo.report import replay_in_home
+    from holedger.demo.report import replay_in_home, report_sources
     from holedger.server.serve import start_server
 
     started = time.monotonic()
@@ -392,7 +392,13 @@ def run_demo(
         # The demo's own home signed the run: its key is the one to pin.
         home_key = SigningKey.load(cfg.key_path).public
         report = replay_in_home(cfg, reader, run_id, trusted_keys=[home_key])
-        report_path = write_report(reader, run_id, report, cfg.reports_dir / f"{run_id}.html")
+        report_path = write_report(
+            reader,
+            run_id,
+            report,
+            cfg.reports_dir / f"{run_id}.html",
+            report_sources(cfg, run_id, report),
+        )
     except KeyboardInterrupt:
         if run_id is None:  # cut short while opening its run: the run, if it was recorded
             run_id = opened_meanwhile(reader, runs_before)

@@ -77,6 +77,12 @@ class PageParser(HTMLParser):
             self.style_text.append(data)
 
 
+def _beside(href: str) -> bool:
+    """A link to a file beside the page (no scheme, no host, no absolute path): the
+    reader may follow it; rendering the page loads nothing from it."""
+    return not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^/", href) and ".." not in href
+
+
 def parse_page(page: str) -> PageParser:
     parser = PageParser()
     parser.feed(page)
@@ -97,7 +103,7 @@ def page_problems(page: str) -> list[str]:
         if parser.tags.get(tag):
             problems.append(f"the page has a <{tag}> element")
     for tag, name, value in parser.resources:
-        if not value.startswith("#"):
+        if not (value.startswith("#") or (tag == "a" and name == "href" and _beside(value))):
             problems.append(f"<{tag} {name}={value!r}> points outside the page")
     css = "".join(parser.style_text)
     if re.search(r"url\s*\(|@import", css):

@@ -52,21 +52,31 @@ def terms() -> TaskTerms:
 
 
 class Recorder:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        commits: list[str] | None = None,
+        baseline_run_id: str | None = None,
+    ) -> None:
         self.ledger = ledger
-        self.terms = terms()
+        self.terms = (
+            terms() if not commits else terms().model_copy(update={"seed_commit": commits[0]})
+        )
+        self.commits = commits
         self.run_id = ledger.open_run(
             self.terms,
             task_digest=sha("synthetic task"),
             optimizer="synthetic-optimizer",
-            seed_baseline=SeedBaseline(e_h0=E_H0, k=2),
+            seed_baseline=SeedBaseline(e_h0=E_H0, k=2, baseline_run_id=baseline_run_id),
         )
         self.used = rules.no_use()
         self.requests = 0
 
     def commit(self, index: int, parent: str | None) -> str:
         commit = hashlib.sha1(f"{self.run_id} candidate {index}".encode()).hexdigest()
-        if index == 0:
+        if self.commits:
+            commit = self.commits[index]
+        elif index == 0:
             commit = self.terms.seed_commit
         self.ledger.append(
             self.run_id,
@@ -152,9 +162,18 @@ class Recorder:
             )
 
 
-def record_synthetic_run(ledger: Ledger, *, close: bool = True) -> str:
-    """Record the run; returns its id."""
-    rec = Recorder(ledger)
+def record_synthetic_run(
+    ledger: Ledger,
+    *,
+    close: bool = True,
+    commits: list[str] | None = None,
+    baseline_run_id: str | None = None,
+    safety_detail: str = "slow",
+) -> str:
+    """Record the run; returns its id. ``commits``: the ids of candidates 0, 1, 2 (from a
+    real repository) instead of made-up ones; ``baseline_run_id``: the seed-baseline run
+    its E(H0) pin names."""
+    rec = Recorder(ledger, commits, baseline_run_id)
     half, one = Fraction(1, 2), Fraction(1)
     seed = rec.commit(0, None)
     rec.evaluate(seed, "dev", case_ids("dev")[:3], [Fraction(0), half])
@@ -165,7 +184,7 @@ def record_synthetic_run(ledger: Ledger, *, close: bool = True) -> str:
     ledger.append(
         rec.run_id,
         "SafetyViolation",
-        SafetyViolation(category="timeout", trial_id="req-3-syn-dev-000-0", detail="slow"),
+        SafetyViolation(category="timeout", trial_id="req-3-syn-dev-000-0", detail=safety_detail),
         "server",
     )
     rec.evaluate(seed, "val", case_ids("val"), [Fraction(0), half])

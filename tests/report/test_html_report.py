@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -14,9 +17,10 @@ from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
-from holedger.replay.html import build_report, collect_run
+from holedger.replay.html import SECTION_IDS, build_report, collect_run, write_report
 
 from .html_checks import page_problems, parse_page
+from .rich_run import record_rich_run
 
 
 def _page(cfg: Settings, run_id: str) -> tuple[str, bool]:
@@ -41,8 +45,7 @@ def test_page_is_well_formed_self_contained_and_complete(home: tuple[Settings, s
 def test_checker_catches_external_resources_and_broken_markup() -> None:
     """The checks the other tests rely on do fail on what they are meant to catch."""
     good = "<!DOCTYPE html><html><body>" + "".join(
-        f'<section id="{s}"></section>'
-        for s in ("verdict", "budget", "candidates", "tokens", "held-out", "safety", "leakage")
+        f'<section id="{s}"></section>' for s in SECTION_IDS
     )
     good += "</body></html>"
     assert page_problems(good) == []
@@ -50,6 +53,11 @@ def test_checker_catches_external_resources_and_broken_markup() -> None:
     assert page_problems(good.replace("<body>", "<body><script>1</script>"))
     assert page_problems(good.replace("<body>", "<body><style>a{background:url(x.png)}</style>"))
     assert page_problems(good.replace("<body>", '<body><a href="http://x.invalid">x</a>'))
+    assert page_problems(good.replace("<body>", '<body><a href="//x.invalid/a">x</a>'))
+    assert page_problems(good.replace("<body>", '<body><a href="/etc/passwd">x</a>'))
+    assert page_problems(good.replace("<body>", '<body><a href="file:///x">x</a>'))
+    # a link to a file beside the page (the optimizer log) loads nothing to render it
+    assert page_problems(good.replace("<body>", '<body><a href="r.optimizer.jsonl">x</a>')) == []
     assert page_problems(good.replace("</body>", "<div></body>"))
     assert page_problems(good.replace('id="safety"', 'id="other"'))
 
@@ -125,16 +133,39 @@ def chromium() -> str | None:
     return None
 
 
-def test_page_renders_in_headless_chromium(home: tuple[Settings, str], tmp_path: Path) -> None:
-    browser = chromium()
-    if browser is None:
-        pytest.skip("no chromium installed (apt-get install chromium) to render the page")
-    cfg, run_id = home
-    page, _ = _page(cfg, run_id)
-    html_file = tmp_path / "report.html"
-    html_file.write_text(page)
-    shot = tmp_path / "report.png"
-    proc = subprocess.run(
+# Run in a copy of the page only (the page itself has no script): measures what a reader
+# would see, and writes it into the DOM that --dump-dom prints.
+PROBE = """<script>
+window.addEventListener('load', () => {
+  const out = {sections: [...document.querySelectorAll('section')].map(s => s.id),
+               pageWidth: document.documentElement.scrollWidth,
+               viewWidth: document.documentElement.clientWidth,
+               wide: [], cut: []};
+  for (const el of document.querySelectorAll('section, table, pre, p, svg, details')) {
+    if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0) {
+      out.wide.push(el.tagName + '#' + (el.closest('section') || {}).id);
+    }
+  }
+  for (const svg of document.querySelectorAll('svg.plot')) {
+    const vb = svg.viewBox.baseVal;
+    for (const t of svg.querySelectorAll('text')) {
+      const b = t.getBBox();
+      if (b.x < vb.x - 0.5 || b.y < vb.y - 0.5 || b.x + b.width > vb.x + vb.width + 0.5 ||
+          b.y + b.height > vb.y + vb.height + 0.5) {
+        out.cut.push(t.textContent);
+      }
+    }
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _chromium(browser: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
         [
             browser,
             "--headless",
@@ -142,15 +173,95 @@ def test_page_renders_in_headless_chromium(home: tuple[Settings, str], tmp_path:
             "--disable-gpu",
             "--disable-background-networking",
             "--no-first-run",
-            "--window-size=1100,2400",
-            f"--screenshot={shot}",
-            html_file.as_uri(),
+            *args,
         ],
         capture_output=True,
-        timeout=120,
+        timeout=180,
         check=False,
     )
+
+
+def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The page of a run with everything (diffs, prepared edits, a baseline run, an
+    optimizer log, hostile text) rendered by a real browser: a screenshot is taken, every
+    section is there, nothing is wider than the window, and no chart label is cut off."""
+    browser = chromium()
+    if browser is None:
+        pytest.skip("no chromium installed (apt-get install chromium) to render the page")
+    cfg = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(cfg)
+    ledger = Ledger.from_settings(cfg)
+    try:
+        rich = record_rich_run(ledger, tmp_path)
+        report = replay_run(ledger, rich.run_id)
+        html_file = tmp_path / f"{rich.run_id}.html"
+        write_report(ledger, rich.run_id, report, html_file, rich.sources)
+    finally:
+        ledger.close()
+    page = html_file.read_text()
+    assert page_problems(page) == []
+    shot = tmp_path / "report.png"
+    proc = _chromium(browser, "--window-size=1100,6000", f"--screenshot={shot}", html_file.as_uri())
     assert shot.is_file(), proc.stderr.decode(errors="replace")[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 20_000  # a blank page compresses to far less
+    for width in (1100, 800):
+        probed = tmp_path / f"probed-{width}.html"
+        probed.write_text(page.replace("</body>", PROBE + "</body>"))
+        proc = _chromium(
+            browser,
+            f"--window-size={width},2000",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probed.as_uri(),
+        )
+        dom = proc.stdout.decode(errors="replace")
+        found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+        assert found, proc.stderr.decode(errors="replace")[-2000:]
+        probe = json.loads(html.unescape(found.group(1)))
+        assert set(SECTION_IDS) <= set(probe["sections"]), probe["sections"]
+        assert probe["pageWidth"] <= probe["viewWidth"], (width, probe)
+        assert probe["wide"] == [], (width, probe["wide"])
+        assert probe["cut"] == [], (width, probe["cut"])
+
+
+def test_page_shows_diffs_edits_baseline_and_log(tmp_path: Path) -> None:
+    cfg = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(cfg)
+    ledger = Ledger.from_settings(cfg)
+    try:
+        rich = record_rich_run(ledger, tmp_path)
+        report = replay_run(ledger, rich.run_id)
+        page_path = tmp_path / f"{rich.run_id}.html"
+        write_report(ledger, rich.run_id, report, page_path, rich.sources)
+    finally:
+        ledger.close()
+    page = page_path.read_text()
+    # candidate #1 is the prepared edit 03-retry-policy; #2 was changed by hand
+    assert "= prepared edit 03-retry-policy (retry_timeout)" in page
+    assert '<span class="da">+MAX_RETRIES = 4</span>' in page
+    assert '<span class="dr">-MAX_RETRIES = 0</span>' in page
+    assert "+2 −2 lines in 1 files" in page and "+2 −0 lines in 1 files" in page
+    assert '<span class="da">+    return 42</span>' in page
+    # the baseline's per-case scores beside the nominee's, and both error bars
+    at = page.index("per-case held-out scores, nominee beside the seed baseline")
+    table = page[at : page.index("</details>", at)]
+    assert "syn-test-000</td><td>1.000 1.000</td><td>1.000</td><td>1.000 0.000</td>" in table
+    assert "syn-test-001</td><td>1.000 0.500</td><td>0.750</td><td>0.000 0.333</td>" in table
+    assert re.search(r"seed harness E\(H0\).*?±", page, re.S)
+    assert "±1 standard error of the K round means" in page or "±1 standard error" in page
+    # the optimizer log, linked beside the page
+    assert f"<a href='{rich.run_id}.optimizer.jsonl'>" in page
+    # per-case dev results per candidate
+    at = page.index("Per-case dev results per candidate")
+    assert "syn-dev-000" in page[at : page.index("</table>", at)]
+    # splits never on one chart
+    for svg_el in re.findall(r"<svg.*?</svg>", page, re.S):
+        splits = set(re.findall(r'class="(?:pt|bar|trend) (dev|val|test)"', svg_el))
+        assert len(splits) <= 1, splits
+    # hostile text from the ledger is escaped, control bytes shown as escapes
+    assert "<script>" not in page and "\x1b" not in page and "\x07" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\x1b[31mred" in page
+    # no raw key-value dump
+    assert "<dl>" not in page and "{&quot;" not in page

@@ -68,10 +68,11 @@ def test_every_score_and_mean_on_the_page_has_three_decimals(home: tuple[Setting
         ledger.close()
     trial_scores = re.findall(r"tokens, score ([^<]+)</title>", page)
     assert {"0.000", "0.500", "1.000"} <= set(trial_scores), trial_scores
-    shown = [*trial_scores, *re.findall(r"mean ([^<]+)</title>", page)]
+    shown = [*trial_scores, *re.findall(r"mean ([^<,]+)(?:, standard error [^<]+)?</title>", page)]
+    shown += re.findall(r"standard error (\d[^<]*)</title>", page)
     shown += re.findall(r"g = (-?[\d./]+)", page)
-    shown += re.findall(r"resolution band (?:\+/- )?([\d./]+)", page)
-    shown += re.findall(r"seed E\(H0\) on test ([^<]+)</text>", page)
+    shown += re.findall(r"resolution band (?:± )?([\d./]+)", page)
+    shown += re.findall(r"<span title=\"[^\"]*\">([^<]+)</span>", page)  # per-case dev cells
     start = page.index("<h3>Candidates")
     end = page.index("</table>", page.index("<h3>Evaluation requests"))
     cells = re.findall(r"<td>([^<]*)</td>", page[start:end])

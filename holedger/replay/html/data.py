@@ -4,7 +4,7 @@ is skipped here, and the replay verdict at the top of the page names it)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -26,10 +26,17 @@ class EvaluationRow:
     reason: str | None
     scores: list[Fraction] = field(default_factory=list)
     tokens: int = 0
+    by_case: dict[str, list[Fraction]] = field(default_factory=dict)
 
     @property
     def mean(self) -> Fraction | None:
-        return sum(self.scores, Fraction(0)) / len(self.scores) if self.scores else None
+        """The mean over cases of each case's mean (the disclosed mean's definition)."""
+        means = self.case_means
+        return sum(means, Fraction(0)) / len(means) if means else None
+
+    @property
+    def case_means(self) -> list[Fraction]:
+        return [sum(s, Fraction(0)) / len(s) for s in self.by_case.values() if s]
 
 
 @dataclass
@@ -39,6 +46,8 @@ class TrialRow:
     candidate: str
     split: str
     case_id: str
+    attempt: int
+    request_id: str
     score: Fraction
     tokens: int
     wall_ms: int
@@ -77,6 +86,9 @@ class RunData:
     scored: dict[str, Any] | None = None
     closed_summary: dict[str, Any] | None = None
     unreadable: int = 0
+    # the per-case held-out scores of the seed-baseline run E(H0) is pinned to, when that
+    # run is in the same ledger (read from its RunScored)
+    baseline_per_case: dict[str, list[Fraction]] | None = None
 
     def candidate_index(self, commit: str) -> str:
         for cand in self.candidates:
@@ -95,16 +107,38 @@ def as_fraction(value: Any) -> Fraction | None:
 
 
 def collect_run(ledger: Ledger, run_id: str) -> RunData:
-    """Fold the stored events of ``run_id`` into the page's data (no verification here)."""
-    records: list[tuple[int, dict[str, Any]]] = []
+    """Fold the stored events of ``run_id`` into the page's data (no verification here),
+    with the per-case scores of its seed-baseline run when the ledger holds that run."""
     data = RunData(run_id)
+    fold_records(run_id, _records(ledger, run_id, data), data)
+    baseline_run = (data.seed_baseline or {}).get("baseline_run_id")
+    if isinstance(baseline_run, str) and baseline_run != run_id:
+        # a baseline run missing from this ledger has no records: replay's check says so
+        baseline = fold_records(baseline_run, _records(ledger, baseline_run, None))
+        if baseline.scored is not None:
+            data.baseline_per_case = per_case_scores(baseline.scored)
+    return data
+
+
+def _records(ledger: Ledger, run_id: str, data: RunData | None) -> Iterator[dict[str, Any]]:
+    records: list[tuple[int, dict[str, Any]]] = []
     for _, raw in ledger.raw_records(run_id):
         try:
             rec = json.loads(raw)
             records.append((int(rec["seq"]), rec))
         except (ValueError, KeyError, TypeError):
-            data.unreadable += 1
-    return fold_records(run_id, (rec for _, rec in sorted(records, key=lambda r: r[0])), data)
+            if data is not None:
+                data.unreadable += 1
+    return (rec for _, rec in sorted(records, key=lambda r: r[0]))
+
+
+def per_case_scores(scored: dict[str, Any]) -> dict[str, list[Fraction]]:
+    """A RunScored payload's per-case scores, in attempt order."""
+    out: dict[str, list[Fraction]] = {}
+    for entry in scored.get("per_case") or []:
+        scores = [as_fraction(s) for s in entry.get("scores", [])]
+        out[str(entry.get("case_id"))] = [s for s in scores if s is not None]
+    return out
 
 
 def fold_records(
@@ -164,6 +198,8 @@ def _fold_one(data: RunData, by_request: dict[str, EvaluationRow], rec: dict[str
             str(p["candidate"]),
             str(p["split"]),
             str(p["case_id"]),
+            int(p.get("attempt", 0)),
+            str(p.get("request_id", "")),
             score,
             tokens,
             int(p.get("wall_ms", 0)),
@@ -174,6 +210,7 @@ def _fold_one(data: RunData, by_request: dict[str, EvaluationRow], rec: dict[str
         request = by_request.get(str(p.get("request_id")))
         if request is not None:
             request.scores.append(score)
+            request.by_case.setdefault(trial.case_id, []).append(score)
             request.tokens += tokens
     elif etype == "GatewayCall":
         data.gateway_calls += 1

@@ -1,14 +1,18 @@
-"""HTML building blocks of the report: escaping, number forms, tables."""
+"""HTML building blocks of the report: escaping, number forms, tables.
+
+Every text that comes from a run (ids, paths, reasons, details a harness chose, diff
+lines) is untrusted: :func:`esc` escapes the HTML specials and writes every control
+character, escape sequence and bidi override as its backslash escape, so no byte of it
+is markup, and no escape sequence reaches a terminal that prints the page's source.
+"""
 
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable, Sequence
-from fractions import Fraction
 from typing import Any
 
-from holedger.replay.html.data import as_fraction
+from holedger.numbers import amount, decimal
 from holedger.schemas.untrusted import escape_text
 
 
@@ -18,69 +22,63 @@ def esc(value: Any) -> str:
     return html.escape(escape_text(str(value)), quote=True)
 
 
-def fmt_num(value: Any, digits: int = 3) -> str:
-    """A rational or number as a short decimal; anything else as text."""
-    frac = value if isinstance(value, Fraction) else as_fraction(value)
-    if frac is None:
-        return "-" if value is None else str(value)
-    if frac.denominator == 1:
-        return str(frac.numerator)
-    return f"{float(frac):.{digits}f}"
+def fmt_num(value: Any) -> str:
+    """A total for people (case-passes used, a limit): the shortest decimal."""
+    return amount(value)
 
 
 def fmt_score(value: Any) -> str:
     """A score, mean, gain or band, always to three decimals (``0.000`` beside ``0.333``,
-    never ``0``); ``-`` when there is none."""
-    frac = value if isinstance(value, Fraction) else as_fraction(value)
-    if frac is None:
-        return "-" if value is None else str(value)
-    return f"{float(frac):.3f}"
+    never ``0``); ``-`` when there is none (the one rule of ``holedger.numbers``)."""
+    return decimal(value)
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
+    """One table cell's HTML: text escaped; a value that is already markup is a
+    :class:`Markup`."""
+    if isinstance(value, Markup):
+        return value.html
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, dict | list):
-        text = json.dumps(value, sort_keys=True, default=str)
-        return esc(text if len(text) <= 200 else text[:197] + "...")
     return esc(value)
 
 
-def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+class Markup:
+    """HTML built by this package (never from untrusted text without :func:`esc`)."""
+
+    def __init__(self, html_text: str) -> None:
+        self.html = html_text
+
+
+def html_table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    cls: str = "",
+    row_classes: Sequence[str] | None = None,
+) -> str:
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    body = []
+    for i, row in enumerate(rows):
+        klass = row_classes[i] if row_classes and i < len(row_classes) else ""
+        attr = f' class="{esc(klass)}"' if klass else ""
+        body.append(f"<tr{attr}>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>")
     klass = f' class="{esc(cls)}"' if cls else ""
-    return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def records_table(items: Sequence[dict[str, Any]], limit: int = 200) -> str:
+def columns_table(
+    items: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], limit: int = 200
+) -> str:
+    """Records as a table of the named fields only, ``(key, heading)`` each: a curated
+    view, never a dump of whatever keys the records hold."""
     if not items:
         return "<p class='muted'>none</p>"
-    columns: list[str] = []
-    for item in items[:limit]:
-        for key in item:
-            if key not in columns:
-                columns.append(key)
-    rows = [[item.get(c, "") for c in columns] for item in items[:limit]]
-    more = f"<p class='muted'>... {len(items) - limit} more</p>" if len(items) > limit else ""
-    return html_table(columns, rows) + more
+    rows = [[item.get(key) for key, _ in columns] for item in items[:limit]]
+    more = f"<p class='muted'>… {len(items) - limit} more</p>" if len(items) > limit else ""
+    return html_table([h for _, h in columns], rows) + more
 
 
-def generic(value: Any) -> str:
-    """Any JSON-shaped section as nested definition lists and tables."""
-    if isinstance(value, dict):
-        if not value:
-            return "<p class='muted'>empty</p>"
-        parts = []
-        for key, item in value.items():
-            parts.append(f"<dt>{esc(key)}</dt><dd>{generic(item)}</dd>")
-        return "<dl>" + "".join(parts) + "</dl>"
-    if isinstance(value, list):
-        if value and all(isinstance(v, dict) for v in value):
-            return records_table(value)
-        if not value:
-            return "<span class='muted'>none</span>"
-        return esc(", ".join(str(v) for v in value))
-    return _cell(value)
+def section(sid: str, title: str, body: str) -> str:
+    return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'

@@ -1,20 +1,44 @@
-"""The report's plots, as inline SVG (no script, nothing fetched)."""
+"""The report's plots, as inline SVG (no script, nothing fetched).
+
+Each chart shows one split only (dev, val and test are never on one chart), and every
+label fits its chart: a label too long for its room is shortened with an ellipsis and
+given whole in the element's tooltip (``<title>``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from holedger.replay.html.data import RunData, as_fraction
+from holedger.replay.html.data import EvaluationRow, RunData, TrialRow
 from holedger.replay.html.markup import esc, fmt_score
+from holedger.replay.html.stats import standard_error
 
 PLOT_W = 760
 PLOT_H = 240
+CHAR_W = 6.6  # the widest average advance of an 11px sans-serif character, in px
 
 
 def svg(body: str, width: int = PLOT_W, height: int = PLOT_H, label: str = "") -> str:
     return (
         f'<svg class="plot" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="{esc(label)}">{body}</svg>'
+    )
+
+
+def fit(text: str, width: float) -> str:
+    """``text`` shortened with an ellipsis to fit ``width`` px at the tick font size."""
+    room = max(int(width / CHAR_W), 1)
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "…"
+
+
+def label(x: float, y: float, text: str, width: float, anchor: str, cls: str = "tick") -> str:
+    """A text label that fits ``width`` px; the whole text in its tooltip when shortened."""
+    shown = fit(text, width)
+    title = f"<title>{esc(text)}</title>" if shown != text else ""
+    return (
+        f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">'
+        f"{title}{esc(shown)}</text>"
     )
 
 
@@ -26,81 +50,81 @@ def axes(x0: int, y0: int, x1: int, y1: int, ymax: float, yfmt: str = "{:.2f}") 
         value = ymax * i / 4
         y = y1 - (y1 - y0) * i / 4
         out.append(f'<line class="grid" x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}"/>')
-        out.append(
-            f'<text class="tick" x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{esc(yfmt.format(value))}</text>"
-        )
+        out.append(label(x0 - 6, y + 4, yfmt.format(value), x0 - 8, "end"))
     return "".join(out)
 
 
-def progress_plot(data: RunData) -> str:
-    """Dev and val mean score of each accepted evaluation, in request order."""
-    points = [e for e in data.evaluations if e.mean is not None and e.split in ("dev", "val")]
+def error_bar(x: float, y_low: float, y_high: float, cls: str = "err") -> str:
+    """A vertical error bar with caps, from y_low to y_high (SVG y grows downwards)."""
+    return (
+        f'<path class="{cls}" d="M{x:.1f} {y_low:.1f}V{y_high:.1f}'
+        f'M{x - 4:.1f} {y_low:.1f}h8M{x - 4:.1f} {y_high:.1f}h8"/>'
+    )
+
+
+def split_mean_plot(data: RunData, split: str) -> str:
+    """The mean score of each scored evaluation request on ``split``, in request order,
+    with the standard error of its per-case means as an error bar."""
+    points = [e for e in data.evaluations if e.split == split and e.mean is not None]
     if not points:
-        return "<p class='muted'>no dev or val evaluation was scored</p>"
+        return f"<p class='muted'>no {esc(split)} evaluation was scored</p>"
     x0, y0, x1, y1 = 48, 16, PLOT_W - 16, PLOT_H - 36
-    n = len(points)
-    step = (x1 - x0) / max(n, 1)
+    step = (x1 - x0) / len(points)
     out = [axes(x0, y0, x1, y1, 1.0)]
 
     def ypos(v: float) -> float:
-        return y1 - (y1 - y0) * v
+        return y1 - (y1 - y0) * max(0.0, min(v, 1.0))
 
-    baseline = as_fraction((data.seed_baseline or {}).get("e_h0"))
-    if baseline is not None:
-        y = ypos(float(baseline))
-        out.append(f'<line class="ref seed" x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}"/>')
-        out.append(
-            f'<text class="reflabel" x="{x1 - 4}" y="{y - 4:.1f}" text-anchor="end">'
-            f"seed E(H0) on test {fmt_score(baseline)}</text>"
-        )
-    prev: dict[str, tuple[float, float]] = {}
+    prev: tuple[float, float] | None = None
     for i, ev in enumerate(points):
         assert ev.mean is not None
-        x = x0 + step * (i + 0.5)
-        y = ypos(float(ev.mean))
-        label = (
-            f"{ev.split} request {ev.request_id}: candidate {data.candidate_index(ev.candidate)}, "
-            f"{ev.cases} cases x {ev.attempts}, mean {fmt_score(ev.mean)}"
-        )
-        if ev.split in prev:
-            px, py = prev[ev.split]
+        x, y = x0 + step * (i + 0.5), ypos(float(ev.mean))
+        se = standard_error(ev.case_means)
+        if se is not None and se > 0:
+            m = float(ev.mean)
+            out.append(error_bar(x, ypos(m - se), ypos(m + se)))
+        if prev is not None:
             out.append(
-                f'<line class="trend {ev.split}" x1="{px:.1f}" y1="{py:.1f}" '
+                f'<line class="trend {split}" x1="{prev[0]:.1f}" y1="{prev[1]:.1f}" '
                 f'x2="{x:.1f}" y2="{y:.1f}"/>'
             )
-        prev[ev.split] = (x, y)
-        if ev.split == "dev":
+        prev = (x, y)
+        tip = _point_tip(data, ev, se)
+        if split == "dev":
             out.append(
-                f'<circle class="pt dev" cx="{x:.1f}" cy="{y:.1f}" r="5">'
-                f"<title>{esc(label)}</title></circle>"
+                f'<circle class="pt dev" cx="{x:.1f}" cy="{y:.1f}" r="5"><title>{esc(tip)}</title>'
+                "</circle>"
             )
         else:
             out.append(
-                f'<rect class="pt val" x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10">'
-                f"<title>{esc(label)}</title></rect>"
+                f'<rect class="pt {esc(split)}" x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" '
+                f'height="10"><title>{esc(tip)}</title></rect>'
             )
-        out.append(
-            f'<text class="tick" x="{x:.1f}" y="{y1 + 14}" text-anchor="middle">'
-            f"{esc(data.candidate_index(ev.candidate))}</text>"
-        )
+        out.append(label(x, y1 + 14, data.candidate_index(ev.candidate), step - 2, "middle"))
     out.append(
-        f'<text class="tick" x="{(x0 + x1) / 2:.0f}" y="{PLOT_H - 4}" text-anchor="middle">'
-        "evaluations in request order (label: candidate)</text>"
+        label(
+            (x0 + x1) / 2,
+            PLOT_H - 4,
+            f"{split} evaluations in request order (label: candidate); bars: ±1 standard error",
+            x1 - x0,
+            "middle",
+        )
     )
-    legend = (
-        '<p class="legend"><span class="sw dev"></span>dev mean (per-case disclosed) '
-        '<span class="sw val"></span>val mean (aggregate disclosed) '
-        '<span class="sw seed"></span>pinned seed baseline</p>'
-    )
-    return svg("".join(out), label="dev and val results over time") + legend
+    return svg("".join(out), label=f"{split} mean score per evaluation")
 
 
-def tokens_plot(data: RunData) -> str:
-    """Total target tokens of every trial, in order, coloured by split."""
-    trials = data.trials
+def _point_tip(data: RunData, ev: EvaluationRow, se: float | None) -> str:
+    bar = "" if se is None else f", standard error {se:.3f}"
+    return (
+        f"{ev.split} request {ev.request_id}: candidate {data.candidate_index(ev.candidate)}, "
+        f"{len(ev.by_case)} cases, {len(ev.scores)} trials, mean {fmt_score(ev.mean)}{bar}"
+    )
+
+
+def tokens_plot(trials: Sequence[TrialRow], split: str) -> str:
+    """Total target tokens of every trial of one split, in order."""
     if not trials:
-        return "<p class='muted'>no trials</p>"
+        return f"<p class='muted'>no {esc(split)} trials</p>"
     x0, y0, x1, y1 = 64, 16, PLOT_W - 16, PLOT_H - 30
     top = max(max(t.tokens for t in trials), 1)
     step = (x1 - x0) / len(trials)
@@ -110,34 +134,51 @@ def tokens_plot(data: RunData) -> str:
         h = (y1 - y0) * trial.tokens / top
         x = x0 + step * i
         out.append(
-            f'<rect class="bar {esc(trial.split)}" x="{x:.2f}" y="{y1 - h:.2f}" '
+            f'<rect class="bar {esc(split)}" x="{x:.2f}" y="{y1 - h:.2f}" '
             f'width="{width:.2f}" height="{h:.2f}"><title>{esc(trial.trial_id)} '
-            f"({esc(trial.split)}, case {esc(trial.case_id)}): {trial.tokens} tokens, "
+            f"(case {esc(trial.case_id)}): {trial.tokens} tokens, "
             f"score {fmt_score(trial.score)}</title></rect>"
         )
     out.append(
-        f'<text class="tick" x="{(x0 + x1) / 2:.0f}" y="{PLOT_H - 6}" text-anchor="middle">'
-        f"{len(trials)} trials in order</text>"
+        label((x0 + x1) / 2, PLOT_H - 6, f"{len(trials)} {split} trials in order", x1, "middle")
     )
-    legend = (
-        '<p class="legend"><span class="sw dev"></span>dev <span class="sw val"></span>val '
-        '<span class="sw test"></span>test (held-out scoring)</p>'
-    )
-    return svg("".join(out), label="tokens per trial") + legend
+    return svg("".join(out), label=f"tokens per {split} trial")
 
 
-def bar_rows(rows: Sequence[tuple[str, float, str, str]], scale: float = 1.0) -> str:
-    """Horizontal bars: (label, value in [0, scale], shown text, css class)."""
+@dataclass(frozen=True)
+class Bar:
+    """One horizontal bar: its label, value in [0, scale], the text shown after it, its
+    css class, and an optional error bar (± that much, in the value's units)."""
+
+    label: str
+    value: float
+    text: str
+    cls: str
+    error: float | None = None
+
+
+def bar_rows(rows: Sequence[Bar], scale: float = 1.0, label_w: int = 200) -> str:
+    """Horizontal bars with labels that fit their room and optional error bars."""
     height = 28 * len(rows) + 12
-    x0, x1 = 200, PLOT_W - 120
+    x0, x1 = label_w, PLOT_W - 150
     out = []
-    for i, (label, value, text, cls) in enumerate(rows):
+
+    def xpos(v: float) -> float:
+        return x0 + (x1 - x0) * max(0.0, min(v / scale if scale else 0.0, 1.0))
+
+    for i, row in enumerate(rows):
         y = 8 + 28 * i
-        w = (x1 - x0) * max(0.0, min(value / scale if scale else 0.0, 1.0))
-        out.append(
-            f'<text class="blabel" x="{x0 - 8}" y="{y + 15}" text-anchor="end">{esc(label)}</text>'
-        )
+        out.append(label(x0 - 8, y + 15, row.label, x0 - 12, "end", "blabel"))
         out.append(f'<rect class="track" x="{x0}" y="{y}" width="{x1 - x0}" height="20"/>')
-        out.append(f'<rect class="bar {esc(cls)}" x="{x0}" y="{y}" width="{w:.1f}" height="20"/>')
-        out.append(f'<text class="bval" x="{x1 + 8}" y="{y + 15}">{esc(text)}</text>')
+        w = xpos(row.value) - x0
+        out.append(
+            f'<rect class="bar {esc(row.cls)}" x="{x0}" y="{y}" width="{w:.1f}" height="20"/>'
+        )
+        if row.error:
+            lo, hi = xpos(row.value - row.error), xpos(row.value + row.error)
+            out.append(
+                f'<path class="err" d="M{lo:.1f} {y + 10}H{hi:.1f}M{lo:.1f} {y + 4}v12'
+                f'M{hi:.1f} {y + 4}v12"><title>±{row.error:.3f} (standard error)</title></path>'
+            )
+        out.append(label(x1 + 8, y + 15, row.text, PLOT_W - x1 - 10, "start", "bval"))
     return svg("".join(out), height=height, label="bars")
