@@ -40,6 +40,7 @@ from holedger.config import Settings
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
+from holedger.replay.report import counted
 from holedger.server.candidates import CandidateRepo
 
 CHECKS = (
@@ -126,7 +127,7 @@ def verify_audit(
     replayed = _replay(ledger, opened.run_id, trusted_keys) if replay_runs else []
     report.check("run_verified", replayed, "the audited run replays")
     controls, signed = _controls(ledger, state, run, trusted_keys, replay_runs)
-    report.check("controls_signed", signed, f"{len(state.controls)} control evaluations")
+    report.check("controls_signed", signed, counted(len(state.controls), "control evaluation"))
     report.check("controls_undisclosed", _undisclosed(state, run), "none shown to the optimizer")
     try:
         _recompute(settings, ledger, state, run, controls, report)
