@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from holedger.sandboxes import BACKEND_NAMES, _make, settle
+from holedger.sandboxes import BACKEND_NAMES, settle
+from holedger.sandboxes.registry import backend as named
 from holedger.sandboxes.runtime import host_interpreter
 from holedger.sandboxes.spec import Backend, Limits, SandboxSpec
 
@@ -42,7 +43,7 @@ def main() -> None:
     exe = str(host_interpreter().executable)
     backends = []
     for name in args.backends.split(","):
-        backend = _make(name)
+        backend = named(name)
         ok, why = backend.available()
         if ok:
             backends.append(backend)

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from holedger.config import Settings  # noqa: E402
 from holedger.errors import BudgetExceededError  # noqa: E402
 from holedger.ledger.store import Ledger  # noqa: E402
+from holedger.sandboxes import Limits, SandboxSpec, get_backend  # noqa: E402
 from holedger.server.candidates import FileEntry, read_directory  # noqa: E402
-from holedger.server.sandbox import Limits, SandboxSpec, get_backend  # noqa: E402
 from holedger.server.service import RunService  # noqa: E402
 from tests.server.tinytask import CASES, make_task  # noqa: E402
 

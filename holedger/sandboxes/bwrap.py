@@ -95,7 +95,6 @@ POLL_S = 0.05
 # The device nodes a sandbox gets (no tty: a trial has no controlling terminal).
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 _CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)')
-_JANITOR = Janitor()
 
 
 class _NetnsPool:
@@ -141,14 +140,12 @@ class _NetnsPool:
             spare.close()
 
 
-_NETNS = _NetnsPool()
-
-
 class _CgroupPool:
     """One trial cgroup made ahead (the directories; a trial sets its own limits), made
     again by the janitor after each trial, off the trial's clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, janitor: Janitor) -> None:
+        self._janitor = janitor
         self._spare: cgroups.TrialCgroup | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -159,7 +156,7 @@ class _CgroupPool:
             spare, self._spare = self._spare, None
         manager = cgroups.manager()
         if spare is not None and spare.version != manager.version:
-            _JANITOR.submit(spare.remove)  # cgroups are no longer used (or differently)
+            self._janitor.submit(spare.remove)  # cgroups are no longer used (or differently)
             spare = None
         if spare is not None:
             try:
@@ -189,14 +186,6 @@ class _CgroupPool:
             spare, self._spare = self._spare, None
         if spare is not None:
             spare.remove()
-
-
-_CGROUPS = _CgroupPool()
-
-
-def settle(timeout_s: float = 30.0) -> None:
-    """Wait until the teardown queued by finished trials is done."""
-    _JANITOR.drain(timeout_s)
 
 
 def _find(name: str) -> str | None:
@@ -317,6 +306,21 @@ class BwrapBackend:
         self.sh = _find("sh")
         self.use_seccomp = seccomp
         self._available: tuple[bool, str] | None = None
+        # Set-up made ahead for the next trial, and the clean-up of finished ones, both
+        # off the trials' clock.
+        self.janitor = Janitor()
+        self.netns = _NetnsPool()
+        self.cgroups = _CgroupPool(self.janitor)
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait until the teardown queued by finished trials is done."""
+        self.janitor.drain(timeout_s)
+
+    def close(self) -> None:
+        """Remove the namespace and cgroup made ahead for a next trial."""
+        self.settle()
+        self.netns.close()
+        self.cgroups.close()
 
     # ------------------------------------------------------------------ availability
 
@@ -499,7 +503,7 @@ class _Trial:
         return high
 
     def run(self) -> SandboxResult:
-        services = _NETNS.take(self.spec.relays)
+        services = self.backend.netns.take(self.spec.relays)
         try:
             return self._run(services)
         finally:
@@ -513,11 +517,12 @@ class _Trial:
             if self.io is not None:
                 self.io.close()
             # Nothing of the trial runs any more (checked above): the rest can wait.
-            _JANITOR.submit(services.close)
-            _JANITOR.submit(_NETNS.refill)
+            janitor = self.backend.janitor
+            janitor.submit(services.close)
+            janitor.submit(self.backend.netns.refill)
             if self.cg is not None:
-                _JANITOR.submit(self.cg.remove)
-                _JANITOR.submit(_CGROUPS.refill)
+                janitor.submit(self.cg.remove)
+                janitor.submit(self.backend.cgroups.refill)
 
     def _rlimits(self) -> list[tuple[int, tuple[int, int]]]:
         cpu = max(1, math.ceil(self.limits.cpu_time_s))
@@ -571,7 +576,7 @@ class _Trial:
             stdin_fd=stdin_fd,
         )
         pass_fds = [fd for fd in (seccomp_fd, info_w, block_r, stdin_fd) if fd is not None]
-        self.cg = cg = _CGROUPS.take(self.spec.label or "trial", self.limits)
+        self.cg = cg = self.backend.cgroups.take(self.spec.label or "trial", self.limits)
         joined: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if cg is not None and cg.version == 1:
             # This thread spawns from inside the group (v1 moves one thread at a time).

@@ -44,6 +44,7 @@ from holedger.sandboxes.common import (
     sandbox_env,
     trial_result,
 )
+from holedger.sandboxes.docker_client import docker_client, docker_host
 from holedger.sandboxes.docker_io import ENTRY_SHELL, FifoStreams, seccomp_profile
 from holedger.sandboxes.image import ENTRY_PATH, IMAGE, IN_DIR, OUT_DIR, image_key
 from holedger.sandboxes.netns import NetnsServices
@@ -58,36 +59,10 @@ from holedger.sandboxes.spec import (
     SandboxSpec,
 )
 
-DEFAULT_SOCKET = "/run/holedger-docker.sock"
 LABEL = "holedger.sandbox"
 GC_GRACE_S = 60
 POLL_S = 0.005
 STATE_EVERY_S = 0.25
-
-
-def docker_host() -> str | None:
-    env = os.environ.get("DOCKER_HOST")
-    if env:
-        return env
-    if Path(DEFAULT_SOCKET).exists():
-        return f"unix://{DEFAULT_SOCKET}"
-    return None
-
-
-def docker_client(timeout: int = 60) -> Any:
-    try:
-        import docker
-    except ImportError as exc:
-        raise SandboxError("the docker SDK is not installed", hint="pip install docker") from exc
-    host = docker_host()
-    try:
-        if host:
-            return docker.DockerClient(base_url=host, timeout=timeout)
-        return docker.from_env(timeout=timeout)
-    except Exception as exc:
-        raise SandboxError(
-            f"no Docker engine: {exc}", hint="start one (.ci/docker-up.sh) or set DOCKER_HOST"
-        ) from exc
 
 
 def _cgroup_of(pid: int, limits: Any) -> TrialCgroup | None:
@@ -175,6 +150,14 @@ class DockerBackend:
         if self._client is None:
             self._client = docker_client()
         return self._client
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait until the containers of finished trials are removed."""
+        self._remover.drain(timeout_s)
+
+    def close(self) -> None:
+        """Nothing is made ahead of a trial; finished trials' containers are removed."""
+        self.settle()
 
     def available(self) -> tuple[bool, str]:
         if self._available is None:

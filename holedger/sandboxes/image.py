@@ -25,6 +25,7 @@ from typing import Any
 
 from holedger.errors import SandboxError
 from holedger.sandboxes.common import ETC_FILES
+from holedger.sandboxes.docker_client import docker_client
 from holedger.sandboxes.runtime import Interpreter, build_runtime, host_interpreter
 from holedger.sandboxes.spec import BIN_DIR, CODE_DIR, RUNTIME_DIR, SANDBOX_PATH
 
@@ -201,8 +202,6 @@ def write_rootfs(path: Path, interp: Interpreter, runtime: Path) -> None:
 
 def build_image(tag: str = IMAGE, client: Any = None) -> ImageInfo:
     """Build the sandbox image with ``docker import``; returns its id and size."""
-    from holedger.sandboxes.docker_backend import docker_client
-
     client = client or docker_client()
     interp = host_interpreter()
     runtime = build_runtime()
@@ -235,7 +234,6 @@ def build_image(tag: str = IMAGE, client: Any = None) -> ImageInfo:
 
 def current_image(tag: str = IMAGE, client: Any = None) -> ImageInfo | None:
     """The image at ``tag`` when it is current for this interpreter and runtime, else None."""
-    from holedger.sandboxes.docker_backend import docker_client
     from holedger.sandboxes.runtime import runtime_distributions, runtime_key
 
     client = client or docker_client()

@@ -60,6 +60,12 @@ class ProcessBackend:
 
     name = "process"
 
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Nothing is cleaned up off a trial's clock."""
+
+    def close(self) -> None:
+        """Nothing is made ahead of a trial."""
+
     def available(self) -> tuple[bool, str]:
         cg = cgroups.manager()
         limits = cg.reason if cg.usable else f"rlimits ({cg.reason})"

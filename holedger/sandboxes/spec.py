@@ -119,3 +119,11 @@ class Backend(Protocol):
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run the trial to completion; never raises for anything the candidate did."""
         ...
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait until the clean-up of finished trials, done off their clock, is over."""
+        ...
+
+    def close(self) -> None:
+        """Clean up: release what set-up made ahead for later trials, after settling."""
+        ...

@@ -49,6 +49,7 @@ from holedger.ledger.store import Ledger
 from holedger.protocol import refusals, rules
 from holedger.protocol.runs import new_run_id
 from holedger.replay.report import counted
+from holedger.sandboxes import Backend, Limits, get_backend
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
     CandidateCommitted,
@@ -80,7 +81,6 @@ from holedger.server.candidates import (
     read_directory,
 )
 from holedger.server.progress import ProgressHook, trial_counter
-from holedger.server.sandbox import Backend, Limits, get_backend
 from holedger.server.state import CandidateInfo, RunState, StateCache
 from holedger.server.taskview import CaseData, ServerTask
 from holedger.server.trees import immutable_refusal

@@ -25,10 +25,10 @@ from typing import Any, Protocol
 from holedger.errors import CanonicalError
 from holedger.ledger.store import Ledger
 from holedger.protocol.answers import answer_bytes, parse_answer
+from holedger.sandboxes import Backend, Limits, SandboxResult, SandboxSpec
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
 from holedger.server.candidates import CandidateRepo, remove_tree
-from holedger.server.sandbox import Backend, Limits, SandboxResult, SandboxSpec
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ ISOLATING = ("bwrap", "docker")
 
 
 def backend_or_skip(name: str) -> Backend:
-    from holedger.sandboxes import _make
+    from holedger.sandboxes.registry import backend as named
 
-    backend = _make(name)
+    backend = named(name)
     ok, why = backend.available()
     if not ok:
         pytest.skip(f"{name} backend unavailable: {why}")

@@ -343,3 +343,25 @@ def test_a_virtualenvs_base_site_packages_are_hidden_too(tmp_path: Path) -> None
     hidden = {Path(p) for p in json.loads(done.stdout)}
     assert base_site in hidden
     assert (venv / "lib").resolve() in {p.parents[1] for p in hidden}  # the venv's own
+
+
+def test_every_registered_backend_has_the_whole_interface() -> None:
+    # set-up and clean-up are part of the interface, not special cases of one backend
+    from holedger.sandboxes.registry import BACKEND_NAMES, FACTORIES
+    from holedger.sandboxes.spec import Backend
+
+    assert set(BACKEND_NAMES) == {"bwrap", "docker", "process"}
+    for name in BACKEND_NAMES:
+        made = FACTORIES[name]()
+        assert isinstance(made, Backend), name
+        assert made.name == name
+        made.settle(1.0)
+        made.close()
+
+
+def test_an_unknown_backend_is_refused_by_name() -> None:
+    from holedger.errors import SandboxError
+    from holedger.sandboxes import get_backend
+
+    with pytest.raises(SandboxError, match="unknown sandbox backend 'chroot'"):
+        get_backend("chroot")
