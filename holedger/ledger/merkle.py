@@ -22,7 +22,7 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
-def _split_point(n: int) -> int:
+def split_point(n: int) -> int:
     """The largest power of two strictly smaller than n (n >= 2)."""
     return 1 << ((n - 1).bit_length() - 1)
 
@@ -33,7 +33,7 @@ def root_from_leaf_hashes(hashes: list[bytes]) -> bytes:
         return EMPTY_ROOT
     if len(hashes) == 1:
         return hashes[0]
-    k = _split_point(len(hashes))
+    k = split_point(len(hashes))
     return node_hash(root_from_leaf_hashes(hashes[:k]), root_from_leaf_hashes(hashes[k:]))
 
 

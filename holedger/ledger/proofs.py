@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from holedger.errors import UsageError, VerificationError
-from holedger.ledger.merkle import EMPTY_ROOT, leaf_hash, node_hash
+from holedger.ledger.merkle import EMPTY_ROOT, leaf_hash, node_hash, split_point
 
 HASH_SIZE = 32
 # A proof never needs more hashes than the height of a 2**64-leaf tree (plus one for the
@@ -28,10 +28,6 @@ __all__ = [
     "verify_consistency",
     "verify_inclusion",
 ]
-
-
-def _largest_power_of_two_below(n: int) -> int:
-    return 1 << ((n - 1).bit_length() - 1)
 
 
 class MerkleTree:
@@ -67,7 +63,7 @@ class MerkleTree:
         key = (lo, hi)
         cached = self._memo.get(key)
         if cached is None:
-            k = _largest_power_of_two_below(hi - lo)
+            k = split_point(hi - lo)
             cached = node_hash(self.subtree(lo, lo + k), self.subtree(lo + k, hi))
             self._memo[key] = cached
         return cached
@@ -88,7 +84,7 @@ class MerkleTree:
         path: list[bytes] = []
         lo, hi = 0, size
         while hi - lo > 1:
-            k = _largest_power_of_two_below(hi - lo)
+            k = split_point(hi - lo)
             if index < lo + k:
                 path.append(self.subtree(lo + k, hi))
                 hi = lo + k
@@ -116,7 +112,7 @@ class MerkleTree:
                 if not complete:
                     out.append(self.subtree(lo, hi))
                 break
-            k = _largest_power_of_two_below(n)
+            k = split_point(n)
             if m <= k:
                 out.append(self.subtree(lo + k, hi))
                 hi = lo + k
