@@ -335,7 +335,7 @@ def generate_run(url: str, events: int, workers: int) -> str:
 
 def run_signatures(url: str, run_id: str, count: int) -> list[tuple[bytes, bytes, bytes]]:
     """(public key, signature, signed bytes) of the run's first ``count`` events."""
-    from holedger.ledger.records import parse_record
+    from holedger.ledger.fastpath import parse_record
 
     ledger = Ledger.open(url, None, create_tables=False)
     try:

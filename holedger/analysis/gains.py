@@ -233,7 +233,7 @@ def collect_bundles(
     checked is left out, its id appended to ``no_baseline`` (and not to ``excluded``).
     """
     from holedger.errors import BundleError
-    from holedger.ledger.records import parse_record
+    from holedger.ledger.fastpath import parse_record
     from holedger.replay.baseline import BundleBaselines
     from holedger.replay.bundle import open_bundle, verify_bundle
 

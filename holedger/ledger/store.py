@@ -67,10 +67,11 @@ from holedger.errors import (
 )
 from holedger.ledger import closing
 from holedger.ledger.failures import storage_error
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import NO_HOME_HINT, SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
-from holedger.ledger.records import Record, parse_record, payload_dict, sign_envelope, utc_now
+from holedger.ledger.records import Record, payload_dict, sign_envelope, utc_now
 from holedger.protocol.runs import checked_run_id, new_run_id, origin_of
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (

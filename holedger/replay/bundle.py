@@ -38,6 +38,7 @@ from holedger.errors import (
     UsageError,
     VerificationError,
 )
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.note import (
     MAX_NOTE_BYTES,
@@ -46,7 +47,7 @@ from holedger.ledger.note import (
     parse_vkey,
     verify_checkpoint,
 )
-from holedger.ledger.records import Record, parse_record
+from holedger.ledger.records import Record
 from holedger.protocol.runs import origin_of
 from holedger.replay.report import ReplayReport, counted
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from holedger.errors import CanonicalError, NotFoundError, UsageError, VerificationError
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys, vkey_texts
 from holedger.ledger.note import (
     TLOG_PROOF_HEADER,
@@ -36,7 +37,6 @@ from holedger.ledger.note import (
     verify_checkpoint,
 )
 from holedger.ledger.proofs import MerkleTree, verify_consistency, verify_inclusion
-from holedger.ledger.records import parse_record
 from holedger.output import console, emit_json, plain, progress_bar, settings
 from holedger.protocol.runs import origin_of
 from holedger.replay.commands import trusted_key_option

@@ -34,9 +34,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from holedger.errors import SchemaError, VerificationError
+from holedger.ledger.fastpath import checkpoint_pattern, parse_record, record_pattern
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.note import parse_checkpoint, verify_note
-from holedger.ledger.records import checkpoint_pattern, parse_record, record_pattern
 from holedger.protocol.runs import origin_of
 from holedger.schemas.events import EVENT_TYPES, Checkpoint
 

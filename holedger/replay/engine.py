@@ -26,10 +26,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from holedger.errors import NotFoundError, SchemaError, VerificationError
 from holedger.ledger.edwards import public_key_problem
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import parse_checkpoint, verify_note
-from holedger.ledger.records import Record, parse_record
+from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
 from holedger.protocol.runs import origin_of
 from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary

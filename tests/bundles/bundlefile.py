@@ -11,10 +11,11 @@ import json
 import struct
 from pathlib import Path
 
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
-from holedger.ledger.records import parse_record, sign_event
+from holedger.ledger.records import sign_event
 from holedger.schemas.types import ZERO_HASH
 
 MAGIC = b"HLBUNDLE"

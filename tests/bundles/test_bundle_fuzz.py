@@ -197,8 +197,8 @@ def test_attacker_signed_payloads_through_every_projection(
     """Validly signed (by the attacker's own declared key) but odd payloads: every
     projection sees them; the verdict may be anything, but only a report or a
     BundleError may come out."""
+    from holedger.ledger.fastpath import parse_record
     from holedger.ledger.keys import SigningKey
-    from holedger.ledger.records import parse_record
     from holedger.schemas.canonical import canonical_json
 
     from .bundlefile import records, replace_records, resign_run

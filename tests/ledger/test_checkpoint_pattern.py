@@ -1,6 +1,6 @@
 """The checkpoint pattern accepts nothing the reference path refuses, and reads the same values.
 
-``records.checkpoint_pattern`` lets replay's chunk path read a Checkpoint record, its
+``fastpath.checkpoint_pattern`` lets replay's chunk path read a Checkpoint record, its
 envelope, payload and signed note, with one regular expression instead of parsing the
 record, validating its payload and parsing its note. That is sound only if every record
 it matches is one ``parse_record`` accepts, with a valid Checkpoint payload, whose note
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from holedger.errors import SchemaError, VerificationError
+from holedger.ledger.fastpath import checkpoint_pattern
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.note import (
     checkpoint_body,
@@ -27,7 +28,7 @@ from holedger.ledger.note import (
     parse_note,
     sign_note,
 )
-from holedger.ledger.records import _parse_strict, checkpoint_pattern, sign_envelope
+from holedger.ledger.records import parse_record_strict, sign_envelope
 from holedger.ledger.store import Ledger
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import Checkpoint
@@ -72,7 +73,7 @@ def agree(raw: bytes) -> bool:
     if match is None:
         return False
     try:
-        rec = _parse_strict(raw)
+        rec = parse_record_strict(raw)
         payload = rec.typed_payload()
         assert isinstance(payload, Checkpoint)
         note = parse_note(payload.note)
@@ -110,7 +111,7 @@ def test_what_holedger_writes_is_matched(tmp_path: Any) -> None:
         ledger.close()
     found = checkpoint_pattern(run_id, f"holedger/run/{run_id}", key.name)
     assert found is not None
-    written = [raw for raw in raws if _parse_strict(raw).type == "Checkpoint"]
+    written = [raw for raw in raws if parse_record_strict(raw).type == "Checkpoint"]
     assert len(written) >= 3
     assert all(found.fullmatch(raw) for raw in written)
     assert not any(found.fullmatch(raw) for raw in raws if raw not in written)
@@ -214,7 +215,7 @@ def test_a_run_replays_without_parsing_its_checkpoints(
         reference = chunks._parsed
 
         def counting(run: Any, raw: bytes) -> Any:
-            parsed.append(_parse_strict(raw).type)
+            parsed.append(parse_record_strict(raw).type)
             return reference(run, raw)
 
         monkeypatch.setattr(chunks, "_parsed", counting)

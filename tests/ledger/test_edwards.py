@@ -27,9 +27,9 @@ from holedger.ledger.edwards import (
     multiply,
     public_key_problem,
 )
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes
 from holedger.ledger.note import parse_vkey
-from holedger.ledger.records import parse_record
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import LedgerBlobs, verify_records
 from ledger.attacker import Row, resign_run

@@ -19,17 +19,15 @@ from hypothesis import strategies as st
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from holedger.errors import SchemaError, VerificationError
-from holedger.ledger import records
-from holedger.ledger.keys import SigningKey
-from holedger.ledger.records import (
-    Record,
+from holedger.ledger import fastpath
+from holedger.ledger.fastpath import (
     _parse_fast,
-    _parse_strict,
     _serialises_canonically,
     parse_record,
-    sign_event,
     typed_fast_types,
 )
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.records import Record, parse_record_strict, sign_event
 from holedger.schemas.canonical import MAX_SAFE_INTEGER
 from holedger.schemas.events import EVENT_TYPES, Model
 from ledger.attacker import mutate
@@ -55,7 +53,7 @@ def agree(raw: bytes) -> Record | None:
     """Run both parsers; return the fast result, failing if it accepts more or differs."""
     fast = _parse_fast(raw)
     try:
-        strict: Record | None = _parse_strict(raw)
+        strict: Record | None = parse_record_strict(raw)
     except VerificationError:
         strict = None
     if fast is not None:
@@ -302,7 +300,7 @@ def test_an_omitted_default_is_valid_but_not_taken_as_canonical_by_the_typed_pat
     mutated = _swap(call_record().raw, b'"stream":false,', b"")
     fast = agree(mutated)
     assert fast is not None and fast._typed is None
-    assert fast.typed_payload() == _parse_strict(mutated).typed_payload()
+    assert fast.typed_payload() == parse_record_strict(mutated).typed_payload()
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -420,7 +418,7 @@ def test_a_value_its_serialiser_does_not_expect_is_not_taken_as_canonical(
 
     assert _serialises_canonically(Odd.__pydantic_core_schema__)
     monkeypatch.setitem(EVENT_TYPES, "Odd", Odd)
-    monkeypatch.setattr(records, "_TYPED_MODELS", None)
+    monkeypatch.setattr(fastpath, "_TYPED_MODELS", None)
     assert "Odd" in typed_fast_types()
     rec = make({"n": 1}, event_type="Odd")
     mutated = _swap(rec.raw, b'"n":1', b'"n":1.0')

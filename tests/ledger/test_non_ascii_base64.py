@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 
 from holedger.errors import UsageError, VerificationError
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey, SigningKey
 from holedger.ledger.note import checkpoint_body, parse_checkpoint
-from holedger.ledger.records import parse_record, sign_event
+from holedger.ledger.records import sign_event
 from holedger.replay.engine import verify_records
 from holedger.schemas.canonical import b64decode_strict
 

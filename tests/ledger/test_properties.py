@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from holedger.errors import CanonicalError, VerificationError
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier, leaf_hash, root_from_leaf_hashes
-from holedger.ledger.records import parse_record, record_bytes, sign_event, signed_bytes
+from holedger.ledger.records import record_bytes, sign_event, signed_bytes
 from holedger.replay.engine import verify_records
 from holedger.schemas.canonical import (
     MAX_SAFE_INTEGER,

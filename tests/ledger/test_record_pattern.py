@@ -1,6 +1,6 @@
 """The record pattern accepts nothing the reference parser refuses, and reads the same values.
 
-``records.record_pattern`` (built from ``schemas.recognize``) lets replay's chunk path
+``fastpath.record_pattern`` (built from ``schemas.recognize``) lets replay's chunk path
 accept a record, envelope and payload, with one regular expression instead of parsing it.
 That is sound only if every record it matches is one ``parse_record`` accepts, whose
 payload its model validates, with the very envelope values, signature, signed bytes and
@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from holedger.errors import CanonicalError, SchemaError, VerificationError
+from holedger.ledger.fastpath import record_pattern
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.records import _parse_strict, record_pattern, sign_envelope
+from holedger.ledger.records import parse_record_strict, sign_envelope
 from holedger.replay.chunks import BLOB_FIELDS
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import EVENT_TYPES
@@ -71,7 +72,7 @@ def agree(raw: bytes) -> bool:
     if match is None:
         return False
     try:
-        rec = _parse_strict(raw)
+        rec = parse_record_strict(raw)
         payload = rec.typed_payload()
     except (VerificationError, SchemaError) as exc:
         raise AssertionError(f"matched a record the parser refuses ({exc}): {raw!r}") from exc

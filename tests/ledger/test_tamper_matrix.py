@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.records import parse_record, sign_event
+from holedger.ledger.records import sign_event
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run, verify_records
 from holedger.replay.report import ReplayReport

@@ -17,14 +17,9 @@ from typing import Any
 import pytest
 
 from holedger.errors import VerificationError
+from holedger.ledger.fastpath import _parse_fast, parse_record, record_pattern
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.records import (
-    _parse_fast,
-    _parse_strict,
-    parse_record,
-    record_pattern,
-    sign_envelope,
-)
+from holedger.ledger.records import parse_record_strict, sign_envelope
 from holedger.replay.chunks import BLOB_FIELDS
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import EVENT_TYPES, TIME_PATTERN, EventEnvelope
@@ -111,11 +106,11 @@ def test_a_record_with_an_impossible_time_is_refused_everywhere(time: str) -> No
     pattern = found[0]
     # the same record with a real time passes each path: each refusal below is the time's
     assert _parse_fast(good) is not None and pattern.fullmatch(good)
-    assert _parse_strict(good).time == "2024-02-29T23:59:59.999999Z"
+    assert parse_record_strict(good).time == "2024-02-29T23:59:59.999999Z"
     assert _parse_fast(bad) is None
     assert pattern.fullmatch(bad) is None
     with pytest.raises(VerificationError, match="time"):
-        _parse_strict(bad)
+        parse_record_strict(bad)
     with pytest.raises(VerificationError, match="time"):
         parse_record(bad)
 

@@ -28,10 +28,11 @@ from ledger.attacker import flip
 from ledger.recorded_run import MemoryBlobs as Blobs
 from ledger.recorded_run import record_run
 
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
-from holedger.ledger.records import parse_record, sign_envelope
+from holedger.ledger.records import sign_envelope
 from holedger.ledger.store import Ledger
 from holedger.replay import chunks, parallel
 from holedger.replay.engine import LedgerBlobs, verify_records

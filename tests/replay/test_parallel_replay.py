@@ -11,8 +11,8 @@ from ledger.attacker import Row, flip, forge_signature, resign_run
 from ledger.recorded_run import record_run
 
 from holedger.errors import HoledgerError
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.records import parse_record
 from holedger.ledger.store import Ledger
 from holedger.replay import parallel
 from holedger.replay.engine import LedgerBlobs, replay_run, verify_records

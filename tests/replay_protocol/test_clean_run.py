@@ -154,7 +154,7 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     stated as they are. The failures are listed in the order of the log."""
     from ledger.attacker import forge_signature
 
-    from holedger.ledger.records import parse_record
+    from holedger.ledger.fastpath import parse_record
     from holedger.replay.engine import CHECKS, LedgerBlobs, verify_records
 
     from .runs import task_data

@@ -18,7 +18,7 @@ import pytest
 
 from holedger.config import Settings
 from holedger.errors import BudgetExceededError
-from holedger.ledger.records import parse_record
+from holedger.ledger.fastpath import parse_record
 from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 from holedger.replay.report import ReplayReport
