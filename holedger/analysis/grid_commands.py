@@ -151,7 +151,12 @@ def _show(ctx: click.Context, compute: Callable[[Source], dict[str, Any]], rende
         emit_json(data)
         return
     _head(source)
-    if data.get("refused"):
+    if not source.observations:
+        click.echo(
+            "no run in the grid: a run enters it closed, scored and opened with "
+            "--model and --harness (runs left out are named below)"
+        )
+    elif data.get("refused"):
         click.echo(f"refused: {data['refused']}")
     else:
         render(data)
