@@ -176,10 +176,9 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
 
 
 def _shown(value: object) -> str:
-    """A budget cell: a whole number as it is, an exact rational with its decimal, and
-    "not capped" for a limit the terms do not set."""
+    """A budget cell: a whole number as it is, an exact rational with its decimal."""
     if value is None:
-        return "not capped"
+        return "-"
     text = str(value)
     if "/" in text:
         from fractions import Fraction

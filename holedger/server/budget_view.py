@@ -6,8 +6,9 @@ the accepted requests), ``target tokens`` (the tokens of the trials' recorded mo
 calls, against the task's ``target_tokens``) and ``optimizer tokens`` (the optimizer's own
 calls through its gateway scope, against the optimizer's cap: the terms'
 ``optimizer_tokens``, else the gateway's default). Exact rationals are strings, as everywhere in
-the API; token counts are integers. A limit of 0 for target tokens means not capped (the
-gateway's convention), and its ``remaining`` is then null.
+the API; token counts are integers (the gateway holds the target scope to
+``target_tokens`` whatever it is, 0 included). The token counts are those of the recorded
+calls: a call in flight holds a reservation the gateway counts, and these do not yet.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def budget_rows(state: RunState, terms: TaskTerms) -> list[dict[str, Any]]:
             "component": "target tokens",
             "limit": target_limit,
             "used": target_used,
-            "remaining": target_limit - target_used if target_limit else None,
+            "remaining": target_limit - target_used,
         }
     )
     opt_limit = optimizer_token_limit(terms)

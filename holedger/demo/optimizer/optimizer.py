@@ -258,7 +258,7 @@ class Optimizer:
         tokens = budget["remaining"].get("target_tokens")
         say(
             f"{split} budget left: {left['calls']} calls, {left['case_passes']} case-passes; "
-            f"target tokens left: {'not capped' if tokens is None else tokens}"
+            f"target tokens left: {tokens}"
         )
         return left
 
