@@ -40,6 +40,7 @@ from typing import Any
 import pygit2
 
 from holedger.errors import NotFoundError, PolicyError, UsageError
+from holedger.schemas.untrusted import escape_text, is_safe
 
 COMMIT_NAME = "holedger"
 COMMIT_EMAIL = "candidates@holedger.invalid"
@@ -118,6 +119,14 @@ def clean_path(path: str) -> str:
             )
     if "\x00" in path or "\\" in path:
         raise CandidateRefused(f"path {path!r} holds a NUL or a backslash")
+    if not is_safe(path):
+        # A name that would steer a terminal or hide text (escape sequences, bidi
+        # overrides) where the path is shown: refused, never stored. repr() escapes it.
+        raise CandidateRefused(
+            f"path {escape_text(path)!r} holds a control or format character",
+            hint="rename the file: no control characters, bidi overrides or zero-width "
+            "characters in candidate paths",
+        )
     if path.startswith("/"):
         raise CandidateRefused(f"absolute path {path!r} in candidate tree")
     parts = path.split("/")

@@ -15,6 +15,7 @@ from holedger.server.candidates import (
     CandidateRefused,
     FileEntry,
     TreeLimits,
+    clean_path,
     read_directory,
     read_file_map,
     read_tar,
@@ -181,3 +182,14 @@ def test_immutable_paths_cannot_change(service: RunService, tiny: ServerTask, ch
         del files["rules/policy.txt"]
     message = _assert_refused_and_nothing_recorded(service, run_id, files)
     assert "immutable" in message and "rules/" in message
+
+
+@pytest.mark.parametrize(
+    "name", ["harness/\x1b[2J.py", "harness/evil\u202eyp.py", "harness/a\u200bb.py", "x\n.py"]
+)
+def test_paths_with_control_or_format_characters_are_refused(name: str) -> None:
+    from holedger.schemas.untrusted import is_safe
+
+    with pytest.raises(CandidateRefused, match="control or format character") as refused:
+        clean_path(name)
+    assert is_safe(refused.value.one_line())
