@@ -69,10 +69,11 @@ def record_rich_run(ledger: Ledger, where: Path) -> RichRun:
     baseline_id = ledger.open_run(
         terms(), task_digest=sha("synthetic task"), optimizer="seed-baseline"
     )
-    third = Fraction(1, 3)
+    four_ninths = Fraction(4, 9)  # 2 cases [1, 0] and 3 cases [0, 4/9]: E(H0) = 1/3
     per_case = [
         CaseScores(
-            case_id=c, scores=[Fraction(1), Fraction(0)] if i % 3 == 0 else [Fraction(0), third]
+            case_id=c,
+            scores=[Fraction(1), Fraction(0)] if i % 3 == 0 else [Fraction(0), four_ninths],
         )
         for i, c in enumerate(case_ids("test"))
     ]

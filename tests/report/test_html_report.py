@@ -242,13 +242,13 @@ def test_page_shows_diffs_edits_baseline_and_log(tmp_path: Path) -> None:
     assert "= prepared edit 03-retry-policy (retry_timeout)" in page
     assert '<span class="da">+MAX_RETRIES = 4</span>' in page
     assert '<span class="dr">-MAX_RETRIES = 0</span>' in page
-    assert "+2 −2 lines in 1 files" in page and "+2 −0 lines in 1 files" in page
+    assert "+2 −2 lines in 1 file" in page and "+2 −0 lines in 1 file" in page
     assert '<span class="da">+    return 42</span>' in page
     # the baseline's per-case scores beside the nominee's, and both error bars
     at = page.index("per-case held-out scores, nominee beside the seed baseline")
     table = page[at : page.index("</details>", at)]
     assert "syn-test-000</td><td>1.000 1.000</td><td>1.000</td><td>1.000 0.000</td>" in table
-    assert "syn-test-001</td><td>1.000 0.500</td><td>0.750</td><td>0.000 0.333</td>" in table
+    assert "syn-test-001</td><td>1.000 0.500</td><td>0.750</td><td>0.000 0.444</td>" in table
     assert re.search(r"seed harness E\(H0\).*?±", page, re.S)
     assert "±1 standard error of the K round means" in page or "±1 standard error" in page
     # the optimizer log, linked beside the page

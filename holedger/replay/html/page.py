@@ -56,7 +56,8 @@ section{background:#fff;border:1px solid #dfe3ea;border-radius:8px;padding:16px 
  margin:16px 0;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%;margin:8px 0;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eceff4;vertical-align:top;
- overflow-wrap:anywhere}
+ overflow-wrap:break-word}
+td:last-child{overflow-wrap:anywhere}
 th{background:#f1f3f7}
 table.facts td:first-child{width:140px;color:#5b6577}
 table.checks td:first-child{width:52px}

@@ -11,15 +11,16 @@ from holedger.replay.html.data import CandidateRow, RunData, TrialRow
 from holedger.replay.html.diffs import CandidateDiff
 from holedger.replay.html.markup import Markup, esc, fmt_score, html_table, section
 from holedger.replay.html.plots import split_mean_plot, tokens_plot
+from holedger.replay.report import counted
 
 SPLITS = ("dev", "val", "test")
 
 
 def _changed(cand: CandidateRow, diff: CandidateDiff | None) -> str:
     if cand.index == 0:
-        return f"the seed harness ({len(cand.changed)} files)"
+        return "the seed harness"
     if diff is not None:
-        return f"+{diff.added} −{diff.removed} lines in {diff.files} files"
+        return f"+{diff.added} −{diff.removed} lines in {counted(diff.files, 'file')}"
     if len(cand.changed) > 8:
         return f"{len(cand.changed)} files"
     return ", ".join(cand.changed) or "-"
@@ -50,7 +51,7 @@ def candidates_section(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
                 _changed(cand, diff),
                 " ".join(fmt_score(m) for m in results.get("dev", [])) or "-",
                 " ".join(fmt_score(m) for m in results.get("val", [])) or "-",
-                "nominated" if cand.commit == data.nominated else "",
+                "yes" if cand.commit == data.nominated else "",
             ]
         )
     cand_table = html_table(
@@ -62,7 +63,7 @@ def candidates_section(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
             "changes",
             "dev means",
             "val means",
-            "",
+            "nominated",
         ],
         rows,
     )
@@ -127,7 +128,7 @@ def diffs_html(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
         parent = data.candidate_index(cand.parent) if cand.parent else "-"
         summary = (
             f"#{cand.index} (from {esc(parent)}){edit}: +{diff.added} −{diff.removed} lines "
-            f"in {diff.files} files"
+            f"in {counted(diff.files, 'file')}"
         )
         lines = "".join(
             f'<span class="d{ {"+": "a", "-": "r", "@": "h", "=": "f"}.get(kind, "c") }">'
