@@ -32,6 +32,19 @@ def print_report(report: ReplayReport) -> None:
             f"task {plain(run.get('task_id'))} (digest {plain(run.get('task_digest'))}), "
             f"optimizer {plain(run.get('optimizer'))}"
         )
+        d = run.get("descriptor")
+        if isinstance(d, dict):
+            out.print(
+                plain(
+                    f"optimizer descriptor: model {d.get('model')}, family "
+                    f"{d.get('family') or 'unknown'}, release {d.get('release') or 'unknown'}, "
+                    f"harness {d.get('harness')} ({d.get('harness_scope')}), replicate "
+                    f"{d.get('replicate')}"
+                ),
+                soft_wrap=True,
+            )
+        else:
+            out.print("optimizer descriptor: unknown (the run records only its label)")
     trust = report.sections.get("trust")
     if isinstance(trust, dict) and trust.get("source") != "pinned":
         out.print(

@@ -271,6 +271,9 @@ class _Verifier:
                 "task_id": opened.task_id,
                 "task_digest": opened.task_digest,
                 "optimizer": opened.optimizer,
+                "descriptor": None
+                if opened.descriptor is None
+                else opened.descriptor.model_dump(mode="json"),
             },
         )
         declared: dict[str, PublicKey] = {}

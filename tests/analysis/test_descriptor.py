@@ -70,3 +70,29 @@ def test_run_open_refuses_a_half_descriptor_in_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "--harness" in result.output
     assert "Traceback" not in result.output
+
+
+def test_replay_shows_the_descriptor_or_says_it_is_unknown(tmp_path: Path) -> None:
+    from replay_protocol.runs import RunWriter, honest_finish, honest_search
+
+    from holedger.config import Settings
+
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--home", str(home), "init"]).exit_code == 0
+    ledger = Ledger.from_settings(Settings.resolve(home))
+    d = OptimizerDescriptor(
+        model="m1", family="fam", release="3", harness="h1", harness_scope="native"
+    )
+    described = RunWriter(ledger, terms(seed_commit="a" * 40), descriptor=d)
+    labelled = RunWriter(ledger, terms(seed_commit="a" * 40))
+    for writer in (described, labelled):
+        honest_search(writer, "a" * 40, "b" * 40)
+        honest_finish(writer, "b" * 40)
+    out = runner.invoke(cli, ["--home", str(home), "replay", described.run_id]).output
+    assert (
+        "optimizer descriptor: model m1, family fam, release 3, harness h1 (native), "
+        "replicate 1" in out
+    )
+    out = runner.invoke(cli, ["--home", str(home), "replay", labelled.run_id]).output
+    assert "optimizer descriptor: unknown (the run records only its label)" in out
