@@ -185,13 +185,18 @@ def case_tags(task_ref: str) -> dict[str, list[str]]:
 def added_lines(repo: CandidateRepo, base: str, candidate: str) -> list[detectors.AddedLine]:
     """Lines ``candidate`` adds to ``base``, file by file (text files only)."""
     old, new = repo.files(base), repo.files(candidate)
+    return lines_added({p: f.data for p, f in old.items()}, {p: f.data for p, f in new.items()})
+
+
+def lines_added(old: dict[str, bytes], new: dict[str, bytes]) -> list[detectors.AddedLine]:
+    """Lines the file map ``new`` adds to ``old`` (text files only), with line numbers."""
     out = []
     for path in sorted(new):
-        if path in old and old[path].data == new[path].data:
+        if old.get(path) == new[path]:
             continue
         try:
-            after = new[path].data.decode("utf-8").splitlines()
-            before = old[path].data.decode("utf-8").splitlines() if path in old else []
+            after = new[path].decode("utf-8").splitlines()
+            before = old[path].decode("utf-8").splitlines() if path in old else []
         except UnicodeDecodeError:
             continue
         matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)

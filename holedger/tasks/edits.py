@@ -50,6 +50,9 @@ class CandidateEdit:
     lever: str
     replacements: tuple[Replacement, ...]
     files_dir: Path | None
+    # A shortcut that overfits (``overfitting = true``), kept for audits to find: left
+    # out of load_edits unless asked for.
+    overfitting: bool = False
 
     def apply(self, tree: Path) -> list[str]:
         """Apply to the candidate tree at ``tree``; returns the changed paths, sorted."""
@@ -91,15 +94,18 @@ def load_edit(folder: Path) -> CandidateEdit:
         str(lever),
         tuple(replacements),
         files_dir if files_dir.is_dir() else None,
+        spec.get("overfitting") is True,
     )
 
 
-def load_edits(task_root: Path) -> list[CandidateEdit]:
-    """Every prepared edit of the task at ``task_root``, in folder-name order."""
+def load_edits(task_root: Path, shortcuts: bool = False) -> list[CandidateEdit]:
+    """Every prepared edit of the task at ``task_root``, in folder-name order; an edit
+    marked ``overfitting = true`` only with ``shortcuts``."""
     edits_dir = task_root / "edits"
     if not edits_dir.is_dir():
         return []
-    return [load_edit(p) for p in sorted(edits_dir.iterdir()) if p.is_dir()]
+    edits = [load_edit(p) for p in sorted(edits_dir.iterdir()) if p.is_dir()]
+    return [e for e in edits if shortcuts or not e.overfitting]
 
 
 def apply_edit(edit: CandidateEdit, tree: Path) -> list[str]:

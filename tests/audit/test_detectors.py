@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from fractions import Fraction as F
+from pathlib import Path
 from typing import Any
 
 from holedger.audit.detectors import (
@@ -180,3 +182,37 @@ def test_detect_runs_every_detector() -> None:
         "no_model_call",
         "lookup_table",
     ]
+
+
+def test_the_bundled_tasks_shortcut_edit_is_a_lookup_table_of_its_dev_answers(
+    tmp_path: Path,
+) -> None:
+    from holedger.audit.hda import case_facts, lines_added
+    from holedger.tasks import load_task
+    from holedger.tasks.edits import load_edits
+
+    task = load_task("officeqa-lite")
+    assert all(not e.overfitting for e in load_edits(task.root))  # only when asked for
+    [edit] = [e for e in load_edits(task.root, shortcuts=True) if e.overfitting]
+    tree = tmp_path / "tree"
+    shutil.copytree(task.seed_dir, tree)
+    edit.apply(tree)
+    main = "harness/__main__.py"
+    added = lines_added(
+        {main: (task.seed_dir / main).read_bytes()}, {main: (tree / main).read_bytes()}
+    )
+    cases = case_facts("officeqa-lite")
+    [finding] = keyed_tables(added, cases)
+    assert finding.category == "lookup_table"
+    assert len(finding.case_ids) == 24 and finding.summary.endswith(
+        "(24 dev) to their expected answers"
+    )
+    # the other nine edits together hard-code nothing
+    tree2 = tmp_path / "all"
+    shutil.copytree(task.seed_dir, tree2)
+    for other in load_edits(task.root):
+        other.apply(tree2)
+    added = lines_added(
+        {main: (task.seed_dir / main).read_bytes()}, {main: (tree2 / main).read_bytes()}
+    )
+    assert keyed_tables(added, cases) == []
