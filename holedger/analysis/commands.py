@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from holedger.errors import UsageError
+from holedger.numbers import decimal
 from holedger.output import console, emit_json, plain, settings, table
 from holedger.replay.report import counted
 
@@ -167,10 +168,10 @@ def gains_cmd(
             g.run_id[:8],
             g.task_id,
             g.optimizer,
-            f"{float(g.e_h_plus):.3f}",
-            f"{float(g.e_h0):.3f}",
-            "-" if g.g is None else f"{float(g.g):+.3f}",
-            f"{float(g.band):.3f}",
+            decimal(g.e_h_plus),
+            decimal(g.e_h0),
+            "-" if g.g is None else ("+" if g.g > 0 else "") + decimal(g.g),
+            decimal(g.band),
             "yes" if g.above_band else "no",
         ]
         for g in gains

@@ -126,7 +126,8 @@ def test_gains_from_bundles_alone_match_the_ledgers(tmp_path: Path) -> None:
         key=lambda r: r["run_id"],
     )
     (group,) = from_bundles["groups"]
-    g = Fraction(from_bundles["runs"][0]["g"])  # both runs score alike
+    g = Fraction(from_bundles["runs"][0]["g_exact"])  # both runs score alike
+    assert from_bundles["runs"][0]["g"] == float(g)
     assert Fraction(group["mean_g_exact"]) == g and group["mean_g"] == float(g)
     assert group["task_digest"] == from_bundles["runs"][0]["task_digest"]
     # Pinned to a stranger's key, nothing verifies: both are left out, by name.
