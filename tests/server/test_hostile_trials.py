@@ -41,9 +41,9 @@ for _ in range(64):
 def test_a_hostile_harness_is_contained_recorded_and_the_run_verifies(
     backend: str, fresh_home: Settings, tmp_path: Path
 ) -> None:
-    from holedger.sandboxes import _make
+    from holedger.sandboxes.registry import backend as named
 
-    ok, why = _make(backend).available()
+    ok, why = named(backend).available()
     if not ok:
         pytest.skip(f"{backend} backend unavailable: {why}")
     seed = write_seed(tmp_path / "task")
