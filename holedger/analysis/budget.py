@@ -28,7 +28,10 @@ from holedger.analysis.grid import Observation
 from holedger.analysis.stats import median, number, spearman
 
 READINGS = [
-    "A14: a cell is one scored run (reading, not stated)",
+    "A14: a cell is one scored run; the analysable cells are the runs in the grid "
+    "(reading, not stated)",
+    "A2: a case pass is |split| case evaluations; a request costs |Q| x attempts / |split| "
+    "(reading, not stated)",
     "A14: case-pass usage is over both splits' allowances together (reading, not stated); "
     "max_split_pass_usage gives the alternative",
     "A15: target tokens are the search phase's (dev and val trials) (reading, not stated)",
@@ -133,4 +136,4 @@ def tokens_vs_gain(
     rho = {
         t: spearman([x for x, _ in pts], [y for _, y in pts]) for t, pts in sorted(per_task.items())
     }
-    return {"runs": runs, "spearman_target_tokens_g": rho, "readings": READINGS[2:]}
+    return {"runs": runs, "spearman_target_tokens_g": rho, "readings": READINGS[3:]}

@@ -21,6 +21,7 @@ from holedger.analysis.stats import mean, number
 READING_QUALIFYING = (
     "A6: qualifying replicates are runs closed, nominated and test-scored (reading, not stated)"
 )
+READING_NO_CLIP = "A4: g is not clipped, so g < -1 is possible (reading, not stated)"
 READING_UNDEFINED_G = (
     "A4: g is undefined when E(H0) = 1; such runs are reported and left out of means "
     "(reading, not stated)"

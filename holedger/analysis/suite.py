@@ -20,6 +20,7 @@ from holedger.analysis.bands import (
 )
 from holedger.analysis.contrasts import contrasts
 from holedger.analysis.grid import (
+    READING_NO_CLIP,
     READING_QUALIFYING,
     READING_UNDEFINED_G,
     Cell,
@@ -79,7 +80,7 @@ def grid_json(source: Source) -> dict[str, Any]:
     return _with_header(
         source,
         {"cells": [c.to_json() for c in cells], "runs": runs, "band_notes": notes},
-        [READING_QUALIFYING, READING_UNDEFINED_G, READING_SE],
+        [READING_QUALIFYING, READING_UNDEFINED_G, READING_NO_CLIP, READING_SE],
     )
 
 
