@@ -415,6 +415,9 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
             settings_.append(setting_of(state, task))
     data = summarize(settings_)
     data["left_out"] = left_out
+    from holedger.audit.compute import READINGS
+
+    data["readings"] = READINGS
     if as_json:
         emit_json(data)
         return
@@ -442,6 +445,9 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
     for item in left_out:
         out.print(f"left out {item['audit_id']}: fails {', '.join(item['failed'])}")
     out.print("O is a lower bound, G an upper bound (not evidence of transfer)")
+    out.print(
+        "readings (not stated by the method, chosen here): " + "; ".join(sorted(data["readings"]))
+    )
 
 
 def register(cli: click.Group) -> None:

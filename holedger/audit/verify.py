@@ -88,7 +88,12 @@ class AuditReport:
             "failed_checks": self.failed_checks(),
             "failures": self.failures,
             "warnings": self.warnings,
+            "readings": _readings(),
         }
+
+
+def _readings() -> dict[str, str]:
+    return dict(compute.READINGS)
 
 
 def verify_audit(
