@@ -16,6 +16,13 @@ client, with how busy the whole machine was. What the floor adds is what any gat
 this stack adds on this machine; the gateway's own work is what it adds beyond that.
 
     python benchmarks/gateway_bench.py [--requests 1500] [--levels 1,32@200,32] [--stream]
+        [--formats chat,responses,messages,embeddings]
+
+``--formats`` measures each wire format in turn, beside chat completions: the same
+question as a Responses request (``/v1/responses``), an Anthropic Messages request
+(``/v1/messages``, sent with ``x-api-key``) or an embeddings request of 8 texts
+(``/v1/embeddings``, never streamed), each on the direct path, the floor and the gateway
+(LiteLLM is measured for chat completions only).
 
 A level is ``CLIENTS[@MS]``: that many concurrent clients, against an upstream that
 answers after MS milliseconds (0 when omitted). ``32@200`` stands for 32 trials waiting on
@@ -50,6 +57,34 @@ from pathlib import Path
 import httpx
 
 MODEL = "holedger-sim-1"
+PATHS = {
+    "chat": "/chat/completions",
+    "responses": "/responses",
+    "messages": "/messages",
+    "embeddings": "/embeddings",
+}
+
+
+def request_body(fmt: str, i: int, stream: bool) -> dict[str, object]:
+    """Call ``i`` of the load in wire format ``fmt`` (the same question in each)."""
+    question = f"Request {i}: what is Acme's revenue?"
+    if fmt == "responses":
+        return {"model": MODEL, "input": question, "max_output_tokens": 64, "stream": stream}
+    if fmt == "messages":
+        return {
+            "model": MODEL,
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": question}],
+            "stream": stream,
+        }
+    if fmt == "embeddings":
+        return {"model": MODEL, "input": [f"{question} ({k})" for k in range(8)]}
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 64,
+        "stream": stream,
+    }
 
 
 def free_port() -> int:
@@ -104,7 +139,8 @@ def serve_gateway_process(ledger_url: str, upstream: str, port: int, info: str =
     from holedger.ledger.store import Ledger
 
     ledger = Ledger.open(ledger_url, SigningKey.generate("holedger-bench"))
-    config = GatewayConfig(upstream=UpstreamConfig(base_url=upstream))
+    # The simulator speaks every wire format.
+    config = GatewayConfig(upstream=UpstreamConfig(base_url=upstream, provider="simulator"))
     app = create_gateway_app(ledger, None, config)
 
     class Drain(http.server.BaseHTTPRequestHandler):
@@ -158,7 +194,7 @@ def serve_floor_process(upstream: str, port: int) -> None:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        resp = await http.post(b"".join(chunks))
+        resp = await http.post(b"".join(chunks), scope["path"].removeprefix("/v1"))
         try:
             data = await resp.aread()
         finally:
@@ -321,15 +357,18 @@ class Client:
     """A keep-alive HTTP/1.1 client for one path (the gateway's own upstream client: one
     write per request, no per-request objects beyond the answer)."""
 
-    def __init__(self, url: str, key: str) -> None:
+    def __init__(self, url: str, key: str, fmt: str = "chat") -> None:
         from holedger.gateway.upstream import HttpUpstream
 
-        base = url.removesuffix("/chat/completions")
-        headers = [("content-type", "application/json"), ("authorization", f"Bearer {key}")]
+        self.path = PATHS[fmt]
+        base = url.removesuffix(self.path)
+        auth = ("x-api-key", key) if fmt == "messages" else ("authorization", f"Bearer {key}")
+        headers = [("content-type", "application/json"), auth]
         self.http = HttpUpstream(base, headers, timeout_s=60, max_idle=512)
+        self.fmt = fmt
 
     async def call(self, body: bytes, stream: bool) -> int:
-        resp = await self.http.post(body)
+        resp = await self.http.post(body, self.path)
         try:
             if stream:
                 async for _ in resp.aiter_raw():
@@ -354,13 +393,7 @@ async def load(
     async def worker(k: int) -> None:
         await asyncio.sleep(k * spread_s / concurrency)
         for i in counter:
-            body = {
-                "model": MODEL,
-                "messages": [{"role": "user", "content": f"Request {i}: what is Acme's revenue?"}],
-                "max_tokens": 64,
-                "stream": stream,
-            }
-            raw = json.dumps(body).encode()
+            raw = json.dumps(request_body(client.fmt, i, stream)).encode()
             t0 = time.perf_counter()
             try:
                 status = await client.call(raw, stream)
@@ -394,8 +427,10 @@ async def bench(
     stream: bool,
     rounds: int,
     meters: dict[str, Meters],
+    fmt: str = "chat",
 ) -> dict[str, Sample]:
-    conns = {name: Client(url, key) for name, (url, key) in targets.items()}
+    conns = {name: Client(url, key, fmt) for name, (url, key) in targets.items()}
+    stream = stream and fmt != "embeddings"
     for client in conns.values():  # warm up every path
         await load(client, 40, 4, stream)
     merged = {name: Sample() for name in targets}
@@ -433,13 +468,16 @@ async def bench(
 # ---------------------------------------------------------------------------- report
 
 
-def report(level: str, samples: dict[str, Sample], stream: bool, rounds: int) -> None:
+def report(
+    level: str, samples: dict[str, Sample], stream: bool, rounds: int, fmt: str = "chat"
+) -> None:
     clients, latency = parse_level(level)
     direct = samples["direct"]
     d50, d99 = pct(direct.latencies, 0.5), pct(direct.latencies, 0.99)
-    mode = "streaming" if stream else "non-streaming"
+    mode = "streaming" if stream and fmt != "embeddings" else "non-streaming"
     print(
-        f"\n{clients} concurrent client(s), upstream answers after {latency:g} ms, {mode}"
+        f"\n{fmt} (/v1{PATHS[fmt]}): {clients} concurrent client(s), upstream answers after "
+        f"{latency:g} ms, {mode}"
         "; latency in ms (200 answers only), CPU in ms per request"
     )
     head = f"  {'path':<9} {'p50':>8} {'p99':>8} {'req/s':>7} {'errors':>6}"
@@ -537,9 +575,12 @@ def parse_level(text: str) -> tuple[int, float]:
 # ---------------------------------------------------------------------------- main
 
 
-def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Sample]:
+def run_level(
+    args: argparse.Namespace, level: str, tmp: Path, fmt: str = "chat"
+) -> dict[str, Sample]:
     clients, latency_ms = parse_level(level)
-    tag = level.replace("@", "_")
+    tag = f"{fmt}-{level.replace('@', '_')}"
+    path = PATHS[fmt]
     ledger_url = f"sqlite:///{tmp / f'ledger-{tag}.db'}"
     token = prepare_ledger(ledger_url)
     up_port, gw_port, ll_port, fl_port = free_port(), free_port(), free_port(), free_port()
@@ -557,8 +598,8 @@ def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Samp
         gateway_info = json.loads(info.read_text())
         writer, drain = gateway_info["writer_tid"], gateway_info["drain"]
         targets = {
-            "direct": (f"{upstream}/chat/completions", "unused"),
-            "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions", token),
+            "direct": (f"{upstream}{path}", "unused"),
+            "gateway": (f"http://127.0.0.1:{gw_port}/v1{path}", token),
         }
         meters = {
             "direct": Meters(upstream=up.pid),
@@ -568,9 +609,9 @@ def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Samp
             fl = [sys.executable, __file__, "--serve-floor", upstream, str(fl_port)]
             fp = stack.enter_context(process(fl, tmp / f"floor-{tag}.log"))
             wait_ready(f"http://127.0.0.1:{fl_port}/v1/models", fp)
-            targets["floor"] = (f"http://127.0.0.1:{fl_port}/v1/chat/completions", "unused")
+            targets["floor"] = (f"http://127.0.0.1:{fl_port}/v1{path}", "unused")
             meters["floor"] = Meters(proxy=fp.pid, upstream=up.pid)
-        command = None if args.no_litellm else litellm_command()
+        command = None if args.no_litellm or fmt != "chat" else litellm_command()
         if command is not None:
             cfg = tmp / "litellm.yaml"
             litellm_config(cfg, upstream)
@@ -587,7 +628,14 @@ def run_level(args: argparse.Namespace, level: str, tmp: Path) -> dict[str, Samp
                 print(f"litellm: not measured ({exc})")
         return asyncio.run(
             bench(
-                targets, args.requests, clients, latency_ms / 1000, args.stream, args.rounds, meters
+                targets,
+                args.requests,
+                clients,
+                latency_ms / 1000,
+                args.stream,
+                args.rounds,
+                meters,
+                fmt,
             )
         )
 
@@ -603,6 +651,11 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per level")
     parser.add_argument("--stream", action="store_true", help="streamed (SSE) completions")
+    parser.add_argument(
+        "--formats",
+        default="chat",
+        help="wire formats to measure, of chat,responses,messages,embeddings (default: chat)",
+    )
     parser.add_argument("--no-litellm", action="store_true", help="measure no LiteLLM proxy")
     parser.add_argument(
         "--no-floor", action="store_true", help="measure no bare pass-through proxy (the floor)"
@@ -630,8 +683,13 @@ def main() -> None:
     )
     tmp = Path(tempfile.mkdtemp(prefix="holedger-bench-"))
     try:
-        for level in args.levels.split(","):
-            report(level, run_level(args, level, tmp), args.stream, args.rounds)
+        formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+        unknown = [f for f in formats if f not in PATHS]
+        if unknown:
+            parser.error(f"unknown format {unknown[0]!r}: choose from {', '.join(PATHS)}")
+        for fmt in formats:
+            for level in args.levels.split(","):
+                report(level, run_level(args, level, tmp, fmt), args.stream, args.rounds, fmt)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()[0]
