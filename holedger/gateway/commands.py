@@ -74,5 +74,10 @@ def sim_serve(host: str, port: int, seed: int, chunk_delay: float, latency: floa
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    from holedger.gateway.doctor import doctor_section
+    from holedger.sandboxes.commands import DOCTOR_SECTIONS
+
     cli.add_command(token_command)
     cli.add_command(sim_group)
+    if doctor_section not in DOCTOR_SECTIONS:
+        DOCTOR_SECTIONS.append(doctor_section)  # `holedger doctor` checks the upstreams

@@ -18,6 +18,7 @@ from holedger.errors import ConfigError
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.formats.anthropic import DEFAULT_VERSION
 from holedger.gateway.upstream import upstream_headers
+from holedger.output import console, table
 
 CONFIG_NAME = "gateway.toml"
 TIMEOUT_S = 10.0
@@ -105,3 +106,19 @@ def check_upstream(up: UpstreamConfig, timeout_s: float = TIMEOUT_S) -> Upstream
         models_listed=len(listed),
         routed_missing=missing,
     )
+
+
+def doctor_section(settings: Any) -> tuple[str, Any, Any]:
+    """`holedger doctor`'s upstreams section: its JSON and a function printing its table."""
+    config, source = gateway_configuration(settings.home)
+    checks = check_upstreams(config)
+
+    def show() -> None:
+        rows = [
+            [u.name, u.provider, u.base_url or "-", "yes" if u.works else "no", u.detail]
+            for u in checks
+        ]
+        head = ["upstream", "provider", "base URL", "works", "detail"]
+        console().print(table(f"gateway upstreams ({source})", head, rows))
+
+    return "upstreams", [c.to_json() for c in checks], show

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from holedger.output import console, emit_json, table
+
+# Sections other rooms add to `holedger doctor` (the gateway: its upstreams). Each is
+# called with the settings and returns its --json key, its JSON value, and a function
+# that prints it as text.
+DoctorSection = tuple[str, Any, Callable[[], None]]
+DOCTOR_SECTIONS: list[Callable[[Any], DoctorSection]] = []
 
 
 @click.command("doctor")
@@ -16,20 +23,17 @@ def doctor_cmd(settings: Any, as_json: bool) -> None:
     """Which sandbox backends work on this machine, and why or why not; whether each
     upstream of the home's gateway.toml answers and accepts its key (its model list is
     asked, which spends no tokens)."""
-    from holedger.gateway.doctor import check_upstreams, gateway_configuration
     from holedger.sandboxes import AUTOMATIC_ORDER, available_backends
 
     rows = available_backends()
     default = next((name for name, ok, _ in rows if ok and name in AUTOMATIC_ORDER), None)
-    config, source = gateway_configuration(settings.home)
-    upstreams = check_upstreams(config)
+    sections = [section(settings) for section in DOCTOR_SECTIONS]
     if as_json:
         emit_json(
             {
                 "backends": [{"name": n, "works": ok, "detail": why} for n, ok, why in rows],
                 "default": default,
-                "gateway_config": source,
-                "upstreams": [u.to_json() for u in upstreams],
+                **{key: data for key, data, _ in sections},
             }
         )
         return
@@ -39,12 +43,8 @@ def doctor_cmd(settings: Any, as_json: bool) -> None:
         click.echo(f"default backend: {default}")
     else:
         click.echo("no isolating backend works here; trials need `--backend process` (unsafe)")
-    ups = [
-        [u.name, u.provider, u.base_url or "-", "yes" if u.works else "no", u.detail]
-        for u in upstreams
-    ]
-    title = f"gateway upstreams ({source})"
-    console().print(table(title, ["upstream", "provider", "base URL", "works", "detail"], ups))
+    for _, _, show in sections:
+        show()
 
 
 @click.group("sandbox")
