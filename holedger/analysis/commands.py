@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @click.group("analysis")
 def analysis_group() -> None:
-    """Cross-run statistics computed from the ledger."""
+    """Cross-run statistics from the ledger, run bundles or a published results table."""
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

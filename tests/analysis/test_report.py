@@ -136,8 +136,6 @@ def test_page_renders_in_chromium_with_nothing_beyond_its_column(
         check=False,
     )
     assert shot.is_file(), proc.stderr.decode(errors="replace")[-2000:]
-    keep = Path("/tmp") / "holedger-analysis-report.png"
-    shutil.copyfile(shot, keep)  # to look at by hand
     width, height, rows, channels = _png_rows(shot.read_bytes())
     assert width == 1280
     # The column is at most 960 px wide and centred: at 1280 px nothing may be drawn in
