@@ -77,7 +77,7 @@ def keys_show(ctx: click.Context, as_json: bool) -> None:
 
 @click.group("run")
 def run_group() -> None:
-    """Runs: open, list, show, recover."""
+    """Runs: open, list, show, recover, abort."""
 
 
 @run_group.command("list")

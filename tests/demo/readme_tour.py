@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-TOUR_START = "## A five-minute tour"
+TOUR_START = "## A tour, command by command"
 TOUR_END = "## What the optimizer sees"
 SLOW_MARK = "<!-- tour: slow -->"
 BLOCK = re.compile(r"(?P<mark><!-- tour: slow -->\n)?```sh\n(?P<body>.*?)```", re.S)

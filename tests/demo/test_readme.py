@@ -79,7 +79,7 @@ def test_readme_keeps_the_first_two_commands_and_their_markers() -> None:
     assert (
         "<!-- test-command -->\n```\npip install -e '.[test]' && python -m pytest -q\n```" in text
     )
-    assert text.index("<!-- first-command -->") < text.index("## A five-minute tour")
+    assert text.index("<!-- first-command -->") < text.index("## A tour, command by command")
 
 
 def test_every_holedger_command_named_in_the_readme_exists() -> None:
