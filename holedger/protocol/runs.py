@@ -9,6 +9,8 @@ from holedger.errors import UsageError
 from holedger.schemas.events import RUN_ID_PATTERN
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
+# a UUID's canonical spelling: a run id prefix is lower-case hex with hyphens just here
+_UUID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 
 
 def new_run_id() -> str:
@@ -25,6 +27,26 @@ def checked_run_id(run_id: str) -> str:
             hint="run ids are lower-case version 4 UUIDs, as 'holedger run list' shows them",
         )
     return run_id
+
+
+def checked_run_prefix(prefix: str) -> str:
+    """``prefix`` (trimmed, lower case) if it can begin a run id and has at least 4
+    characters, else UsageError."""
+    prefix = prefix.strip().lower()
+    if len(prefix) < 4:
+        raise UsageError(
+            "a run id prefix needs at least 4 characters", hint="see 'holedger run list'"
+        )
+    if len(prefix) > len(_UUID_SHAPE) or any(
+        (c == "-") != (shape == "-") or c not in "-0123456789abcdef"
+        for c, shape in zip(prefix, _UUID_SHAPE, strict=False)
+    ):
+        raise UsageError(
+            f"not a run id: {prefix!r}",
+            hint="a run id is a UUID such as 7707f7cb-d97d-..., or its first characters; "
+            "see 'holedger run list'",
+        )
+    return prefix
 
 
 def origin_of(run_id: str) -> str:

@@ -53,7 +53,7 @@ from holedger.errors import (
     UsageError,
 )
 from holedger.gateway.tokens import TokenRegistry
-from holedger.ledger.store import run_uuid
+from holedger.ledger.sql import run_uuid
 from holedger.schemas.events import SafetyViolation
 from holedger.server.budget_view import budget_json
 from holedger.server.candidates import read_file_map, read_tar

@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session
 
 from holedger.errors import LedgerConflictError
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.store import HoledgerApplicationRecorder, Ledger
+from holedger.ledger.sql import HoledgerApplicationRecorder
+from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 
 from .recorded_run import open_run

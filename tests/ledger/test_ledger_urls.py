@@ -11,7 +11,8 @@ import pytest
 
 from holedger.errors import ConfigError
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.store import Ledger, ledger_url
+from holedger.ledger.sql import ledger_url
+from holedger.ledger.store import Ledger
 from holedger.replay.engine import replay_run
 from ledger.recorded_run import record_run
 
