@@ -180,7 +180,7 @@ def collect(
     ``trusted_keys`` pinned, if given; the ids of the scored runs that do not verify are
     appended to ``excluded`` when it is given). Aborted runs have no score to count: their
     ids are appended to ``aborted`` when it is given."""
-    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
 
     # One source for every run: a task's baseline run is replayed once, not once per run.
     baselines = {EXTRA_KEY: LedgerBaselines(ledger, trusted_keys)}
@@ -234,8 +234,8 @@ def collect_bundles(
     """
     from holedger.errors import BundleError
     from holedger.ledger.fastpath import parse_record
-    from holedger.replay.baseline import BundleBaselines
     from holedger.replay.bundle import open_bundle, verify_bundle
+    from holedger.replay.checks.baseline import BundleBaselines
 
     by_run: dict[str, list[str]] = {}  # every bundle of a run, in the order given
     scored: dict[str, list[tuple[str, RunGain]]] = {}  # those that hold its score

@@ -52,8 +52,8 @@ from holedger.protocol.runs import origin_of
 from holedger.replay.report import ReplayReport, counted
 
 if TYPE_CHECKING:
-    from holedger.replay.baseline import BundleBaselines
-    from holedger.replay.engine import ProjectionFactory
+    from holedger.replay.checks.baseline import BundleBaselines
+    from holedger.replay.engine import FoldFactory
 from holedger.schemas.canonical import canonical_json, parse_canonical
 from holedger.schemas.events import CandidateCommitted, Checkpoint, Model, RunOpened
 
@@ -828,7 +828,7 @@ def verify_bundle(
     trusted_keys: Sequence[PublicKey] = (),
     external_checkpoints: Sequence[str] = (),
     policy: TlogPolicy | None = None,
-    projections: Sequence[ProjectionFactory] | None = None,
+    projections: Sequence[FoldFactory] | None = None,
     progress: Callable[[int, int], None] | None = None,
     task: str | None = None,
     baseline: str | Path | BundleBaselines | None = None,
@@ -845,16 +845,16 @@ def verify_bundle(
     the leakage audit reads (default: the task the run names, if bundled with holedger).
     ``baseline`` is the bundle of the run's seed-baseline run: it is verified too (same
     keys) and checked against the pinned E(H0) (check ``baseline``; a warning without it);
-    a :class:`~holedger.replay.baseline.BundleBaselines` given instead is shared, so runs
+    a :class:`~holedger.replay.checks.baseline.BundleBaselines` given instead is shared, so runs
     pinned to one baseline verify it once.
     """
-    from holedger.replay.baseline import EXTRA_KEY, BundleBaselines
+    from holedger.replay.checks.baseline import EXTRA_KEY, BundleBaselines
     from holedger.replay.engine import ReplayContext, verify_records, with_progress
 
     if projections is None:
-        from holedger.replay.projections import PROJECTIONS
+        from holedger.replay.checks import CHECKS
 
-        projections = PROJECTIONS
+        projections = CHECKS
 
     with open_bundle(path) as bundle, tempfile.TemporaryDirectory(prefix="holedger-git-") as tmp:
         repo = Path(tmp) if bundle.git_spans else None

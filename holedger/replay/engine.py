@@ -1,12 +1,12 @@
-"""Replay: verify a run's records and fold them into independent projections.
+"""Replay: verify a run's records and fold them into independent checks (folds).
 
 Integrity comes first and trusts nothing: each record must be canonical, signed by the
 key that RunOpened declares for its role (or a key pinned with ``--trusted-key``),
 numbered contiguously from 0, chained to its predecessor, and covered by checkpoints
-whose roots are recomputed here. Only events that pass go on to the projections
+whose roots are recomputed here. Only events that pass go on to the folds
 (budget, disclosure, scores, safety, ...), which re-derive every recorded decision.
 
-Memory is bounded by the projections' state plus an O(log n) Merkle frontier: the
+Memory is bounded by the folds' state plus an O(log n) Merkle frontier: the
 records stream through once.
 """
 
@@ -66,13 +66,13 @@ class ReplayContext:
     opened: RunOpened
     blobs: BlobSource
     extra: dict[str, object] = field(default_factory=dict)
-    # Set before ``finish`` when the log breaks: the last seq the projections were given
+    # Set before ``finish`` when the log breaks: the last seq the folds were given
     # (-1: none). What a later event would have completed (a request's trials, its
     # projection, the score) is then not judged missing: it may lie past the break.
     cut_after: int | None = None
 
 
-class Projection(Protocol):
+class Fold(Protocol):
     name: str
 
     def apply(self, rec: Record, payload: Model) -> None: ...
@@ -80,7 +80,7 @@ class Projection(Protocol):
     def finish(self, out: ReportBuilder) -> None: ...
 
 
-ProjectionFactory = Callable[[ReplayContext], Projection]
+FoldFactory = Callable[[ReplayContext], Fold]
 
 
 @dataclass
@@ -97,7 +97,7 @@ class _Verifier:
         run_id: str,
         blobs: BlobSource,
         trusted: Sequence[PublicKey],
-        factories: Sequence[ProjectionFactory],
+        factories: Sequence[FoldFactory],
         out: ReportBuilder,
         extra: Mapping[str, object] | None = None,
     ) -> None:
@@ -114,7 +114,7 @@ class _Verifier:
         # role -> (key id, verifier), built on first use
         self.role_state: dict[str, tuple[str, Ed25519PublicKey]] = {}
 
-        self.projections: list[Projection] = []
+        self.folds: list[Fold] = []
         self.ctx: ReplayContext | None = None
         self.opened: RunOpened | None = None
         self.events = 0
@@ -178,8 +178,8 @@ class _Verifier:
         self._check_blobs(rec, payload)
         if self.intact:
             self.verified_through = seq
-            for projection in self.projections:
-                projection.apply(rec, payload)
+            for fold in self.folds:
+                fold.apply(rec, payload)
 
     def chunk_job(self, records: list[bytes]) -> ChunkJob | None:
         """A job for chunks.check_chunk with the keys this pass trusts, or None when the
@@ -242,12 +242,12 @@ class _Verifier:
                 verified = offset
         if intact:
             self.verified_through = first + verified - 1
-            if self.projections:
+            if self.folds:
                 for raw in job.records[:verified]:
                     rec = parse_record(raw)
                     payload = rec.typed_payload()
-                    for projection in self.projections:
-                        projection.apply(rec, payload)
+                    for fold in self.folds:
+                        fold.apply(rec, payload)
         return True
 
     def _broken(self, seq: int | None, etype: str | None, reason: str, check: str) -> None:
@@ -325,7 +325,7 @@ class _Verifier:
         self.role_keys = declared
         self.role_state = {}
         self.ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
-        self.projections = [factory(self.ctx) for factory in self.factories]
+        self.folds = [factory(self.ctx) for factory in self.factories]
 
     def _check_signature(self, rec: Record) -> None:
         role = rec.role
@@ -439,10 +439,10 @@ class _Verifier:
             out.check("blobs", out.ok("blobs"), f"{len(self.redacted)} blobs redacted: not checked")
         if not self.intact and self.ctx is not None:
             self.ctx.cut_after = self.verified_through
-        for projection in self.projections:
-            projection.finish(out)
-        if not self.intact and self.projections:
-            # What the projections found holds for the intact prefix of the log only (the
+        for fold in self.folds:
+            fold.finish(out)
+        if not self.intact and self.folds:
+            # What the folds found holds for the intact prefix of the log only (the
             # events after the first break were not applied): say so on each of them.
             through = self.verified_through
             out.qualify(
@@ -459,14 +459,14 @@ def verify_records(
     blobs: BlobSource,
     *,
     trusted_keys: Sequence[PublicKey] = (),
-    projections: Sequence[ProjectionFactory] | None = None,
+    projections: Sequence[FoldFactory] | None = None,
     extra: Mapping[str, object] | None = None,
     workers: int = 1,
     fast: bool = True,
 ) -> ReplayReport:
     """Replay one run from its record bytes in stream order.
 
-    ``extra`` reaches every projection as ``ReplayContext.extra`` (e.g. ``run_repo``, the
+    ``extra`` reaches every fold as ``ReplayContext.extra`` (e.g. ``run_repo``, the
     path of the run's candidate repository, for the leakage scan). Records are checked a
     chunk at a time (replay/chunks.py), in ``workers`` processes (this one and ``workers
     - 1`` others), and a chunk with anything wrong in it record by record; with ``fast``
@@ -474,9 +474,9 @@ def verify_records(
     same every way.
     """
     if projections is None:
-        from holedger.replay.projections import PROJECTIONS
+        from holedger.replay.checks import CHECKS
 
-        projections = PROJECTIONS
+        projections = CHECKS
     out = ReportBuilder()
     verifier = _Verifier(run_id, blobs, trusted_keys, projections, out, extra)
     with _no_cyclic_gc():
@@ -547,7 +547,7 @@ def replay_run(
     run_id: str,
     *,
     trusted_keys: Sequence[PublicKey] = (),
-    projections: Sequence[ProjectionFactory] | None = None,
+    projections: Sequence[FoldFactory] | None = None,
     extra: Mapping[str, object] | None = None,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
@@ -560,7 +560,7 @@ def replay_run(
     stored = ledger.stored_count(run_id)
     if not stored:
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
 
     if extra is None or EXTRA_KEY not in extra:
         # The run's pinned seed-baseline run is read from the same ledger.

@@ -15,8 +15,8 @@ import pytest
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.serve import AppServer
 from holedger.gateway.sim_server import create_simulator_app
+from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.engine import replay_run
-from holedger.replay.gateway_checks import GatewayProjection
 
 from .helpers import SIM_MODEL, Env, close_env, make_terms, open_env
 
@@ -136,7 +136,7 @@ def test_concurrent_clients_never_overshoot_the_cap(
         for i in range(CLIENTS):
             env.gateway.close_trial(env.run_id, f"t{i}")
         env.ledger.close_run(env.run_id)
-        report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])
+        report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
         assert report.verified, report.failed_checks()
         section = report.sections["gateway"]
         assert section["overshoot"] == 0 and section["target_settled"] == settled

@@ -13,8 +13,8 @@ import anthropic
 import openai
 import pytest
 
+from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.engine import replay_run
-from holedger.replay.gateway_checks import GatewayProjection
 from holedger.schemas.events import GatewayCall
 
 from .helpers import SIM_MODEL, CountingUpstream, Env, trial_completed
@@ -57,7 +57,7 @@ def replay_trial(env: Env, trial_id: str = "t1") -> dict[str, Any]:
     completed = trial_completed(env, trial_id)
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])
+    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
     assert report.verified, report.failed_checks()
     section = report.sections["gateway"]
     assert section["trials_checked"] == 1
@@ -302,6 +302,6 @@ def test_mixed_formats_in_one_trial_are_attributed_to_it_and_replayed(env: Env) 
     assert completed.tokens.total == usage.tokens.total
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])
+    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
     assert report.verified, report.failed_checks()
     assert report.sections["gateway"]["trials_checked"] == 2

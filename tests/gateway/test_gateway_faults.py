@@ -21,8 +21,8 @@ from holedger.gateway.app import Gateway
 from holedger.gateway.formats.base import SsePump
 from holedger.gateway.formats.chat import ChatFormat
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
+from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.engine import replay_run
-from holedger.replay.gateway_checks import GatewayProjection
 from holedger.schemas.events import SafetyViolation
 
 from .helpers import (
@@ -73,7 +73,7 @@ def assert_replay_verifies(env: Env, trial_id: str = "t1") -> None:
     completed = trial_completed(env, trial_id)
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])
+    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
     assert report.verified, report.failed_checks()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from holedger.replay.gateway_checks import GatewayProjection
+from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.report import ReplayReport, ReportBuilder
 from holedger.schemas.events import GatewayBudgetState, GatewayCall, TokenUsage
 
@@ -41,7 +41,7 @@ def settled_call(
     )
 
 
-def replay(projection: GatewayProjection, calls: list[GatewayCall]) -> ReplayReport:
+def replay(projection: GatewayFold, calls: list[GatewayCall]) -> ReplayReport:
     for seq, call in enumerate(calls, start=1):
         projection.apply(SimpleNamespace(seq=seq), call)  # type: ignore[arg-type]
     out = ReportBuilder()
@@ -62,7 +62,7 @@ def test_sums_past_64_bits_are_exact() -> None:
         )
         for k in range(1100)
     ]
-    report = replay(GatewayProjection(context(cap)), calls)
+    report = replay(GatewayFold(context(cap)), calls)
     total = 1100 * (2 * BIG - 1)
     assert total > 2**63
     assert report.sections["gateway"]["target_settled"] == total
@@ -93,11 +93,11 @@ def test_settlements_out_of_reservation_order_are_rederived() -> None:
         settled_call(2, "a", used, 50, state(40, 100, 1, 2, 0, 100)),
         settled_call(0, "a", used, 100, state(0, 0, 0, 0, 0, 0)),
     ]
-    report = replay(GatewayProjection(context(1000, 500)), calls)
+    report = replay(GatewayFold(context(1000, 500)), calls)
     assert report.verified, report.failures
     # The same run with reservation 2's recorded outstanding understated fails on it.
     calls[1] = settled_call(2, "a", used, 50, state(40, 0, 1, 2, 0, 100))
-    report = replay(GatewayProjection(context(1000, 500)), calls)
+    report = replay(GatewayFold(context(1000, 500)), calls)
     assert not report.verified
     assert [(f.seq, f.check) for f in report.failures] == [(2, "gateway_budget")]
     assert report.failures[0].reason.startswith("recorded budget state settled 40 + outstanding 0")
@@ -109,7 +109,7 @@ def test_indices_past_32_bits_widen_their_column_and_are_reported() -> None:
     usage = TokenUsage(input=3, output=2, total=5)
     state = GatewayBudgetState(cap=cap, settled=0, outstanding=0, settled_calls=0, reservations=0)
     calls = [settled_call(0, "t1", usage, 10, state), settled_call(2**40, "t1", usage, 10, state)]
-    projection = GatewayProjection(context(cap))
+    projection = GatewayFold(context(cap))
     report = replay(projection, calls)
     assert projection._s_index.typecode == "q"
     assert list(projection._s_index) == [0, 2**40]

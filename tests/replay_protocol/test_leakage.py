@@ -7,7 +7,7 @@ from pathlib import Path
 
 from holedger.ledger.store import Ledger
 from holedger.protocol import rules
-from holedger.replay.leakage import Matcher, verdict
+from holedger.replay.checks.leakage import Matcher, verdict
 from holedger.replay.report import ReplayReport
 
 from .runs import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from holedger.ledger.store import Ledger
-from holedger.replay.protocol import MAX_REQUEST_TRIALS
+from holedger.replay.checks.order import MAX_REQUEST_TRIALS
 from holedger.replay.report import ReplayReport
 
 from .runs import DEV, RunWriter, terms

@@ -323,11 +323,11 @@ class _Given:
 
 def _replayed(ledger: Ledger, run_id: str, records: list[bytes], extra: dict[str, Any]) -> Any:
     """``records`` replayed as a baseline run is (every check, facts captured)."""
-    from holedger.replay.baseline import EXTRA_KEY, baseline_run, capturing
+    from holedger.replay.checks import CHECKS
+    from holedger.replay.checks.baseline import EXTRA_KEY, baseline_run, capturing
     from holedger.replay.engine import LedgerBlobs, verify_records
-    from holedger.replay.projections import PROJECTIONS
 
-    projections, facts = capturing(PROJECTIONS)
+    projections, facts = capturing(CHECKS)
     report = verify_records(
         run_id,
         records,
@@ -366,7 +366,7 @@ def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
 
     from holedger.ledger.keys import SigningKey
     from holedger.protocol import rules
-    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
     from holedger.replay.engine import LedgerBlobs, verify_records
     from holedger.schemas.canonical import rational_to_str
 
@@ -428,7 +428,7 @@ def test_pins_only_a_rewritten_log_can_hold_fail_and_an_unnamed_one_warns(
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
-    from holedger.replay.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
     from holedger.replay.engine import LedgerBlobs, verify_records
 
     settings, task, info = server_run
@@ -510,7 +510,7 @@ def test_a_substituted_baseline_run_is_caught(
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
-    from holedger.replay.baseline import EXTRA_KEY
+    from holedger.replay.checks.baseline import EXTRA_KEY
 
     settings, task, info = server_run
     operator = SigningKey.load(settings.key_path)

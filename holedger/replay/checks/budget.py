@@ -32,7 +32,7 @@ from holedger.schemas.events import (
 CHECK = "budget"
 
 
-class BudgetProjection:
+class BudgetFold:
     name = "budget"
 
     def __init__(self, ctx: ReplayContext) -> None:

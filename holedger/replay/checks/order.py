@@ -69,7 +69,7 @@ class _Request:
     projected: bool = False
 
 
-class ProtocolProjection:
+class OrderFold:
     name = "protocol"
 
     def __init__(self, ctx: ReplayContext) -> None:

@@ -43,7 +43,7 @@ class _Request:
     projections: int = 0
 
 
-class DisclosureProjection:
+class DisclosureFold:
     name = "disclosure"
 
     def __init__(self, ctx: ReplayContext) -> None:

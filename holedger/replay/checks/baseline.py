@@ -36,7 +36,7 @@ from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.records import Record
 from holedger.protocol import rules
-from holedger.replay.engine import ProjectionFactory, ReplayContext
+from holedger.replay.engine import FoldFactory, ReplayContext
 from holedger.replay.report import ReplayReport, ReportBuilder, score_text
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
@@ -96,8 +96,8 @@ class _Capture:
 
 
 def capturing(
-    projections: Sequence[ProjectionFactory],
-) -> tuple[list[ProjectionFactory], dict[str, object]]:
+    projections: Sequence[FoldFactory],
+) -> tuple[list[FoldFactory], dict[str, object]]:
     """``projections`` plus one that captures a baseline run's facts into the dict returned."""
     facts: dict[str, object] = {}
 
@@ -146,8 +146,8 @@ class LedgerBaselines:
 
     def _replay(self, run_id: str) -> BaselineRun | Unavailable:
         from holedger.ledger.store import Ledger
+        from holedger.replay.checks import CHECKS
         from holedger.replay.engine import replay_run
-        from holedger.replay.projections import PROJECTIONS
 
         assert isinstance(self.ledger, Ledger)
         # The server pins only baseline runs of its own ledger: one that is not there (or
@@ -158,7 +158,7 @@ class LedgerBaselines:
             return Unavailable(f"the pinned baseline run id is unusable: {exc.message}", True)
         if not stored:
             return Unavailable(f"the pinned baseline run {run_id} is not in this ledger", True)
-        projections, facts = capturing(PROJECTIONS)
+        projections, facts = capturing(CHECKS)
         report = replay_run(
             self.ledger,
             run_id,
@@ -190,9 +190,9 @@ class BundleBaselines:
 
     def _verify(self) -> BaselineRun:
         from holedger.replay.bundle import verify_bundle
-        from holedger.replay.projections import PROJECTIONS
+        from holedger.replay.checks import CHECKS
 
-        projections, facts = capturing(PROJECTIONS)
+        projections, facts = capturing(CHECKS)
         try:
             report = verify_bundle(
                 self.path,
@@ -206,7 +206,7 @@ class BundleBaselines:
         return baseline_run(report.run_id, report, facts)
 
 
-class BaselineProjection:
+class BaselineFold:
     name = "baseline"
 
     def __init__(self, ctx: ReplayContext) -> None:

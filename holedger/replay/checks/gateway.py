@@ -166,7 +166,7 @@ class _Fenwick:
         return total
 
 
-class GatewayProjection:
+class GatewayFold:
     """Checks each call as it is applied; keeps running totals and integer columns only.
 
     Per target call holding a reservation it keeps four integers (its settlement), per

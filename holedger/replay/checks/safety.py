@@ -19,7 +19,7 @@ from holedger.schemas.events import Model, SafetyViolation, TrialCompleted
 MAX_LISTED = 200
 
 
-class SafetyProjection:
+class SafetyFold:
     name = "safety"
 
     def __init__(self, ctx: Any) -> None:

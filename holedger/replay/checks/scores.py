@@ -42,7 +42,7 @@ def _r(value: Fraction | None) -> str | None:
     return None if value is None else rational_to_str(value)
 
 
-class ScoresProjection:
+class ScoresFold:
     name = "scores"
 
     def __init__(self, ctx: ReplayContext) -> None:

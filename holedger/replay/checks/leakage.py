@@ -208,7 +208,7 @@ def _split_answers(body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     return {**body, "cases": stripped}, answers
 
 
-class LeakageProjection:
+class LeakageFold:
     name = "leakage"
 
     def __init__(self, ctx: ReplayContext) -> None:

@@ -31,7 +31,7 @@ from holedger.schemas.events import Model, TrialCompleted
 CHECK = "rescored"
 
 
-class RescoreProjection:
+class RescoreFold:
     name = "rescore"
 
     def __init__(self, ctx: ReplayContext) -> None:

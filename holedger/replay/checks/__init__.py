@@ -1,0 +1,33 @@
+"""The replay checks, registered here and nowhere else: each re-derives one aspect of a run.
+
+Each check is a fold: built per replayed run from a ReplayContext, sees every verified event
+in order (``apply``) and reports named checks, failures and a section (``finish``).
+Rooms add theirs by appending a factory to CHECKS.
+"""
+
+from __future__ import annotations
+
+from holedger.replay.checks.baseline import BaselineFold
+from holedger.replay.checks.budget import BudgetFold
+from holedger.replay.checks.disclosure import DisclosureFold
+from holedger.replay.checks.leakage import LeakageFold
+from holedger.replay.checks.order import OrderFold
+from holedger.replay.checks.rescore import RescoreFold
+from holedger.replay.checks.safety import SafetyFold
+from holedger.replay.checks.scores import ScoresFold
+from holedger.replay.engine import FoldFactory
+
+CHECKS: list[FoldFactory] = [SafetyFold]
+CHECKS += [
+    OrderFold,
+    BudgetFold,
+    DisclosureFold,
+    ScoresFold,
+    BaselineFold,
+    RescoreFold,
+    LeakageFold,
+]
+
+from holedger.replay.checks.gateway import GatewayFold  # noqa: E402
+
+CHECKS.append(GatewayFold)
