@@ -61,13 +61,10 @@ from holedger.schemas.events import (
     GatewayCall,
     OptimizerDescriptor,
     RunScored,
-    SafetyViolation,
     SeedBaseline,
     TokenUsage,
-    TrialCompleted,
 )
 from holedger.schemas.types import Role
-from holedger.schemas.untrusted import escape_text
 from holedger.server import MAX_ATTEMPTS, taskview
 from holedger.server.budget_view import budget_json
 from holedger.server.candidates import (
@@ -90,6 +87,7 @@ from holedger.server.trials import (
     TrialPlan,
     TrialRunner,
     outcome_warnings,
+    unfinished_trial,
 )
 
 log = logging.getLogger(__name__)
@@ -889,7 +887,7 @@ class RunService:
                 input=sums[0], cached=sums[1], output=sums[2], reasoning=sums[3], total=sums[4]
             )
             outcomes.append(
-                _unfinished_trial(backend, limits, plan, detail, tokens, sums[5], isolation)
+                unfinished_trial(backend, limits, plan, detail, tokens, sums[5], isolation)
             )
         projected = _projected(request, task.terms.disclosure, outcomes)
         items = [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
@@ -1106,45 +1104,7 @@ def _failed_trial(
     runner: TrialRunner, backend: Backend, plan: TrialPlan, detail: str
 ) -> TrialOutcome:
     """A trial that did not run to its end: score 0, a sandbox_error violation saying why."""
-    return _unfinished_trial(backend.name, runner.limits.as_record(), plan, detail)
-
-
-def _unfinished_trial(
-    backend: str,
-    limits: dict[str, int],
-    plan: TrialPlan,
-    detail: str,
-    tokens: TokenUsage | None = None,
-    calls: int = 0,
-    isolation: Literal["isolated", "none"] = "none",
-) -> TrialOutcome:
-    """A trial recorded without a result: score 0, a sandbox_error violation saying why,
-    and the model calls recorded under its trial id (none when it never started)."""
-    completed = TrialCompleted(
-        request_id=plan.request_id,
-        trial_id=plan.trial_id,
-        candidate=plan.candidate,
-        split=plan.split,
-        case_id=plan.case_id,
-        attempt=plan.attempt,
-        backend=backend,
-        isolation=isolation,
-        limits=limits,
-        exit_status=None,
-        timed_out=False,
-        oom=False,
-        wall_ms=0,
-        answer_digest=None,
-        output_digest=None,
-        trace_digest=None,
-        score=Fraction(0),
-        tokens=tokens or TokenUsage(),
-        gateway_calls=calls,
-    )
-    violation = SafetyViolation(
-        category="sandbox_error", trial_id=plan.trial_id, detail=escape_text(detail)
-    )
-    return TrialOutcome(completed, [violation], None)
+    return unfinished_trial(backend.name, runner.limits.as_record(), plan, detail)
 
 
 def _plans(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from holedger.errors import CanonicalError
 from holedger.ledger.store import Ledger
@@ -28,6 +28,7 @@ from holedger.protocol.answers import answer_bytes, parse_answer
 from holedger.sandboxes import Backend, Limits, SandboxResult, SandboxSpec
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
+from holedger.schemas.untrusted import escape_text
 from holedger.server.candidates import CandidateRepo, remove_tree
 
 
@@ -159,13 +160,8 @@ class TrialRunner:
                 raise ValueError(f"verifier scored {score} outside [0, 1]")
         output_digest = self.ledger.put_blob(result.stdout)
         trace_digest = self.ledger.put_blob(result.stderr)
-        completed = TrialCompleted(
-            request_id=plan.request_id,
-            trial_id=plan.trial_id,
-            candidate=plan.candidate,
-            split=plan.split,
-            case_id=plan.case_id,
-            attempt=plan.attempt,
+        completed = trial_completed(
+            plan,
             backend=result.backend,
             isolation=result.isolation,
             limits=self.limits.as_record(),
@@ -191,6 +187,75 @@ class TrialRunner:
             for obs in result.observations
         ]
         return TrialOutcome(completed, violations, recorded, dict(usage.failed))
+
+
+def trial_completed(
+    plan: TrialPlan,
+    *,
+    backend: str,
+    isolation: Literal["isolated", "none"],
+    limits: dict[str, int],
+    tokens: TokenUsage,
+    gateway_calls: int,
+    exit_status: int | None = None,
+    timed_out: bool = False,
+    oom: bool = False,
+    wall_ms: int = 0,
+    cpu_ms: int | None = None,
+    answer_digest: str | None = None,
+    output_digest: str | None = None,
+    trace_digest: str | None = None,
+    score: Fraction = Fraction(0),
+) -> TrialCompleted:
+    """The one constructor of a TrialCompleted payload: the trial's identity from its plan,
+    and what came of it (by default a trial that gave nothing: score 0)."""
+    return TrialCompleted(
+        request_id=plan.request_id,
+        trial_id=plan.trial_id,
+        candidate=plan.candidate,
+        split=plan.split,
+        case_id=plan.case_id,
+        attempt=plan.attempt,
+        backend=backend,
+        isolation=isolation,
+        limits=limits,
+        exit_status=exit_status,
+        timed_out=timed_out,
+        oom=oom,
+        wall_ms=wall_ms,
+        cpu_ms=cpu_ms,
+        answer_digest=answer_digest,
+        output_digest=output_digest,
+        trace_digest=trace_digest,
+        score=score,
+        tokens=tokens,
+        gateway_calls=gateway_calls,
+    )
+
+
+def unfinished_trial(
+    backend: str,
+    limits: dict[str, int],
+    plan: TrialPlan,
+    detail: str,
+    tokens: TokenUsage | None = None,
+    calls: int = 0,
+    isolation: Literal["isolated", "none"] = "none",
+) -> TrialOutcome:
+    """A trial recorded without a result: score 0, a sandbox_error violation saying why,
+    and the model calls recorded under its trial id (none when it never started)."""
+    completed = trial_completed(
+        plan,
+        backend=backend,
+        isolation=isolation,
+        limits=limits,
+        tokens=tokens or TokenUsage(),
+        gateway_calls=calls,
+    )
+    violation = SafetyViolation(
+        category="sandbox_error", trial_id=plan.trial_id, detail=escape_text(detail)
+    )
+    return TrialOutcome(completed, [violation], None)
 
 
 def outcome_warnings(outcomes: Sequence[TrialOutcome]) -> list[str]:
