@@ -213,7 +213,7 @@ class Plain(Application[uuid.UUID]):
 
 
 STOCK = "eventsourcing_sqlalchemy"
-HOLEDGER_RECORDER = "holedger.ledger.store:HoledgerSQLAlchemyFactory"
+HOLEDGER_RECORDER = "holedger.ledger.sql:HoledgerSQLAlchemyFactory"
 
 
 def unsigned_appends(
