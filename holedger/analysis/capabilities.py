@@ -8,7 +8,10 @@ task pins (``TaskTerms.models``). Its held-out gain is
 
     delta = E(H+) - E(H0)
 
-(the raw difference of held-out scores; ``points`` is 100 x delta). Per task:
+(the raw difference of held-out scores; ``points`` is 100 x delta). The tables below
+group runs per task; `holedger analysis capabilities` reports from them the paper's
+measures (:mod:`holedger.analysis.updating`: benefit the max over anchor evolvers, not
+the column mean kept here as a summary). Per task:
 
 * the cell (optimizer o, agent a) is the mean delta over o's scored runs on a;
 * harness-updating of o is the mean over agents of its cells (a row mean);

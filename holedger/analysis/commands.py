@@ -206,6 +206,26 @@ def gains_cmd(
 
 @analysis_group.command("capabilities")
 @_run_sources
+@click.option(
+    "--table",
+    "table_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Read a published grid (CSV: [benchmark,] agent, evolver (NONE for the base), j "
+    "as a pass rate in [0, 1]). Nothing read from it is verified.",
+)
+@click.option(
+    "--anchor-agent",
+    "anchor_agents",
+    multiple=True,
+    help="An anchor agent (repeat); default: every agent with a complete row.",
+)
+@click.option(
+    "--anchor-evolver",
+    "anchor_evolvers",
+    multiple=True,
+    help="An anchor evolver (repeat); default: every evolver with a complete column.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def capabilities_cmd(
@@ -214,58 +234,73 @@ def capabilities_cmd(
     verify: bool,
     trusted: tuple[str, ...],
     bundles: tuple[str, ...],
+    table_path: str | None,
+    anchor_agents: tuple[str, ...],
+    anchor_evolvers: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Harness-updating (per optimizer) and harness-benefit (per target model): per task,
-    the mean held-out gain E(H+) - E(H0) of each optimizer x target-model pair, with row
-    and column means; from the home's ledger, or from run bundles with --bundle."""
-    from holedger.analysis.capabilities import agent_label, capabilities
+    """Harness-updating (per evolver: the mean gain over the anchor agents) and
+    harness-benefit (per agent: the max gain over the anchor evolvers), with the evolver
+    spread, the top evolver's breakdown, within- against between-agent spread, the extreme
+    pairing, headroom and regression cells; per task from the held-out scores of search
+    runs (the home's ledger, or --bundle), or from a published grid with --table."""
+    from holedger.analysis.updating import across_benchmarks, analyse, given_anchors
+    from holedger.analysis.updating_io import grids_from_gains, grids_from_table
+    from holedger.analysis.updating_text import render
 
-    gains, excluded, note, aborted = _collect(ctx, task_id, verify, trusted, bundles)
-    tables = capabilities(gains)
+    doc: dict[str, Any]
+    if table_path is not None:
+        if bundles or verify or trusted:
+            raise UsageError(
+                "--table is a source of its own and cannot be verified",
+                hint="drop --bundle, --verify and --trusted-key, or drop --table",
+            )
+        grids = grids_from_table(table_path)
+        if task_id:
+            grids = [g for g in grids if g.benchmark == task_id]
+        from holedger.analysis.sources import UNVERIFIED
+
+        doc = {
+            "unverified_notice": UNVERIFIED,
+            "source": "table",
+            "verified": None,
+            "note": UNVERIFIED,
+        }
+        left: list[tuple[str, str]] = []
+    else:
+        gains, excluded, note, aborted = _collect(ctx, task_id, verify, trusted, bundles)
+        grids, left = grids_from_gains(gains)
+        doc = {
+            "source": "held-out",
+            "runs": len(gains),
+            "replayed": verify,
+            "excluded": excluded,
+            "aborted": aborted,  # closed by `run abort`: no score, left out
+            "note": note,
+        }
+    results = []
+    for grid in grids:
+        try:
+            anchors = given_anchors(grid, anchor_agents, anchor_evolvers)
+        except ValueError as exc:
+            raise UsageError(
+                str(exc), hint="name agents and evolvers as the output spells them"
+            ) from None
+        results.append(analyse(grid, anchors))
+    doc |= {
+        "source_detail": (
+            "a published table of pass rates"
+            if table_path is not None
+            else "held-out scores of search runs: J = E(H+), Base = E(H0)"
+        ),
+        "grids": results,
+        "across_benchmarks": across_benchmarks(results),
+        "agents_left_out": [{"agent": a, "why": why} for a, why in left],
+    }
     if as_json:
-        emit_json(
-            {
-                "tasks": [t.to_json() for t in tables],
-                "runs": len(gains),
-                "replayed": verify,
-                "excluded": excluded,
-                "aborted": aborted,  # closed by `run abort`: no score, left out
-                "note": note,
-            }
-        )
+        emit_json(doc)
         return
-    if not tables:
-        click.echo(f"no scored runs (hint: 'holedger demo' scores one); {note}")
-        return
-    out = console()
-
-    def points(value: Any, whole: bool = True) -> str:
-        return "-" if value is None else f"{float(value) * 100:+.1f}{'' if whole else '*'}"
-
-    partial = False
-    for t in tables:
-        agents = t.agents
-        rows = []
-        for o in t.optimizers:
-            mean, _, whole = t.updating(o)
-            partial = partial or not whole
-            rows.append([o, *(points(t.cell(o, a)) for a in agents), points(mean, whole)])
-        benefit = []
-        for a in agents:
-            mean, _, whole = t.benefit(a)
-            partial = partial or not whole
-            benefit.append(points(mean, whole))
-        rows.append(["harness-benefit", *benefit, ""])
-        headings = ["optimizer", *(agent_label(a) for a in agents), "harness-updating"]
-        title = f"{t.task_id}: held-out gain E(H+) - E(H0), points"
-        out.print(table(title, headings, rows))
-        spread = t.spread()
-        if spread is not None:
-            out.print(f"updating spread (complete rows): {float(spread) * 100:.1f} points")
-    if partial:
-        out.print("* a mean over the cells present: the row or column has a missing cell")
-    out.print(plain(note), soft_wrap=True)
+    render(doc)
 
 
 def register(cli: click.Group) -> None:

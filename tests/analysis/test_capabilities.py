@@ -115,18 +115,127 @@ def test_the_command_reads_scored_runs_of_the_ledger(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["runs"] == 4 and data["excluded"] == [] and data["replayed"] is True
-    [task] = data["tasks"]
-    assert task["optimizers"] == ["opt-a", "opt-b"]
-    assert [a["models"] for a in task["agents"]] == [["model-x"], ["model-y"]]
-    delta = {(c["optimizer"], c["models"][0]): F(c["delta_exact"]) for c in task["cells"]}
+    assert data["source"] == "held-out"
+    [grid] = data["grids"]
+    assert grid["evolvers"] == ["opt-a", "opt-b"]
+    x, y = "model-x [11111111]", "model-y [22222222]"
+    assert grid["agents"] == [x, y]
     scored = {}
     check = Ledger.from_settings(Settings.resolve(home))
     for w in writers:
         [rec] = [r for r in check.records(w.run_id) if r.type == "RunScored"]
         opened = check.run_terms(w.run_id)
-        scored[(opened.optimizer, opened.terms.models[0])] = F(rec.payload["e_h_plus"]) - E_H0
+        label = f"{opened.terms.models[0]} [{opened.task_digest[:8]}]"
+        scored[(label, opened.optimizer)] = F(rec.payload["e_h_plus"])
     check.close()
-    assert delta == scored
+    cells = {(c["agent"], c["evolver"]): F(c["j_exact"]) for c in grid["cells"]}
+    assert cells == scored
+    assert {b["agent"]: F(b["base_exact"]) for b in grid["base"]} == {x: E_H0, y: E_H0}
+    # updating is the mean over both agents, benefit the max over both evolvers
+    for u in grid["updating"]:
+        e = u["evolver"]
+        assert F(u["updating_exact"]) == (scored[x, e] + scored[y, e]) / 2 - E_H0
+    for b in grid["benefit"]:
+        f = b["agent"]
+        assert F(b["benefit_exact"]) == max(scored[f, "opt-a"], scored[f, "opt-b"]) - E_H0
+    assert any("held-out score E(H+)" in r for r in grid["readings"])
     text = runner.invoke(cli, args).stdout
-    assert "harness-updating" in text and "harness-benefit" in text
-    assert "model-x [11111111]" in text and "updating spread (complete rows)" in text
+    assert "benefit (max)" in text and "updating (mean)" in text
+    assert "model-x [11111111]" in text and "regression cells (strictly below NONE)" in text
+    assert "source: held-out scores of search runs" in text
+
+
+GRID = """benchmark,agent,evolver,j
+bench,A,NONE,1/2
+bench,B,NONE,0.25
+bench,A,e1,7/8
+bench,A,e2,1/2
+bench,B,e1,1/4
+bench,B,e2,9/16
+bench,B,e3,1/8
+"""
+
+
+def test_a_published_grid_is_read_and_marked_unverified(tmp_path: Path) -> None:
+    """A's row lacks e3, so the anchors are agent B and evolvers e1, e2 (complete columns
+    over A and B); given anchors A and B with e1 and e2: updating e1 = (3/8 + 0) / 2,
+    benefit of B = max(0, 5/16); B x e3 (1/8 < 1/4) regresses, A x e2 and B x e1 tie."""
+    path = tmp_path / "grid.csv"
+    path.write_text(GRID)
+    runner = CliRunner()
+    home = ["--home", str(tmp_path / "home")]
+    args = [*home, "analysis", "capabilities", "--table", str(path)]
+    result = runner.invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].strip().startswith('"unverified_notice": "UNVERIFIED')
+    data = json.loads(result.stdout)
+    assert data["source"] == "table" and data["verified"] is None
+    [grid] = data["grids"]
+    assert grid["anchors"] == {"agents": ["B"], "evolvers": ["e1", "e2"], "chosen": "default"}
+    given = runner.invoke(
+        cli,
+        [
+            *args,
+            "--json",
+            "--anchor-agent",
+            "A",
+            "--anchor-agent",
+            "B",
+            "--anchor-evolver",
+            "e1",
+            "--anchor-evolver",
+            "e2",
+        ],
+    )
+    [grid] = json.loads(given.stdout)["grids"]
+    ups = {u["evolver"]: u.get("updating_exact") for u in grid["updating"]}
+    assert ups["e3"] is None and (F(ups["e1"]), F(ups["e2"])) == (F(3, 16), F(5, 32))
+    ben = {b["agent"]: (F(b["benefit_exact"]), b["best_evolvers"]) for b in grid["benefit"]}
+    assert ben == {"A": (F(3, 8), ["e1"]), "B": (F(5, 16), ["e2"])}
+    reg = grid["regressions"]
+    assert (reg["regressions"], reg["ties"]) == (1, 2)
+    text = runner.invoke(cli, args)
+    assert text.exit_code == 0
+    assert text.stdout.splitlines()[0].startswith("UNVERIFIED")
+    assert "regression cells (strictly below NONE): 1 of 5: B x e3" in text.stdout
+
+
+def test_bad_grids_and_anchors_are_one_line_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    home = ["--home", str(tmp_path / "home")]
+    cases = {
+        "agent,evolver\nA,NONE\n": "missing column 'j'",
+        "agent,evolver,j\nA,NONE,half\n": "row 2, column 'j': 'half' is not a number",
+        "agent,evolver,j\nA,NONE,50\n": "not a pass rate in [0, 1]",
+        "agent,evolver,j\nA,e,1/2\nA,e,1/3\n": "row 3: a second cell",
+    }
+    for n, (body, message) in enumerate(cases.items()):
+        path = tmp_path / f"bad{n}.csv"
+        path.write_text(body)
+        got = runner.invoke(cli, [*home, "analysis", "capabilities", "--table", str(path)])
+        assert got.exit_code == 2 and message in got.output, got.output
+        assert "Traceback" not in got.output
+    good = tmp_path / "good.csv"
+    good.write_text(GRID)
+    got = runner.invoke(
+        cli, [*home, "analysis", "capabilities", "--table", str(good), "--anchor-agent", "Z"]
+    )
+    assert got.exit_code == 2 and "anchor agent 'Z' has no Base" in got.output
+    got = runner.invoke(cli, [*home, "analysis", "capabilities", "--table", str(good), "--verify"])
+    assert got.exit_code == 2 and "cannot be verified" in got.output
+
+
+def test_held_out_grids_leave_out_an_agent_without_one_base() -> None:
+    from holedger.analysis.updating_io import grids_from_gains
+
+    runs = [
+        _gain("o1", ("m1",), DIGEST_A, F(1, 2), F(1, 4)),
+        _gain("o2", ("m1",), DIGEST_A, F(1, 2), F(1, 3)),
+        _gain("o1", ("m2",), DIGEST_B, F(3, 4), F(1, 2)),
+        _gain("o1", ("m2",), DIGEST_B, F(1, 4), F(1, 2)),
+    ]
+    [grid], left = grids_from_gains(runs)
+    assert grid.source == "held-out"
+    assert grid.base == {"m2 [bbbbbbbb]": F(1, 2)}
+    assert grid.cells == {("m2 [bbbbbbbb]", "o1"): F(1, 2)}  # the mean of 3/4 and 1/4
+    assert left == [("t: m1 [aaaaaaaa]", "its runs pinned 2 E(H0): 1/4, 1/3")]
