@@ -61,7 +61,7 @@ def check_why(why: str) -> str:
 
 def abort_run(service: Any, run_id: str, why: str) -> AbortedRun:
     """Close ``run_id`` as aborted (see the module's doc); ``service`` is the RunService."""
-    from holedger.server.service import _flock  # the nomination's lock, shared
+    from holedger.server.locks import flock  # the nomination's lock, shared
 
     why = check_why(why)
     if not service.ledger.has_run(run_id):
@@ -73,7 +73,7 @@ def abort_run(service: Any, run_id: str, why: str) -> AbortedRun:
             hint="nothing is left to finish: 'holedger replay RUN' verifies it",
         )
     lock = service.settings.runs_dir / f"{run_id}.nominate.lock"
-    with _flock(lock, wait=False, remove=False) as held:
+    with flock(lock, wait=False, remove=False) as held:
         if not held:
             raise Unavailable(
                 f"run {run_id}'s nomination is being scored by a live process",

@@ -18,11 +18,9 @@ RunScored and RunClosed.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +75,7 @@ from holedger.server.candidates import (
     entrypoint_problem,
     read_directory,
 )
+from holedger.server.locks import nomination_lock, request_lock
 from holedger.server.progress import ProgressHook, trial_counter
 from holedger.server.state import CandidateInfo, RunState, StateCache
 from holedger.server.taskview import CaseData, ServerTask
@@ -575,7 +574,7 @@ class RunService:
         runner, setup_error = self._try_trial_runner(run_id, task)
         # Held from before the request is recorded until its projection is: a request
         # without a projection whose lock is free was left by a server that stopped.
-        with _request_lock(self._request_lock_path(run_id, request_id)):
+        with request_lock(self._request_lock_path(run_id, request_id)):
             request = self._decide(run_id, decide)
             if request.decision == "rejected":
                 code = request.code or ""
@@ -700,7 +699,7 @@ class RunService:
         """
         self.run_task(run_id)  # a run this home does not hold is refused before any lock
         lock = self.settings.runs_dir / f"{run_id}.nominate.lock"
-        with self._work(), _file_lock(lock, wait=wait):
+        with self._work(), nomination_lock(lock, wait=wait):
             return self._nominate(run_id, candidate)
 
     def _nominate(self, run_id: str, candidate: str) -> ScoredRun:
@@ -838,7 +837,7 @@ class RunService:
         recorded: list[str] = []
         for request_id in self.states.current(run_id).pending:
             path = self._request_lock_path(run_id, request_id)
-            with _request_lock(path, wait=False) as held:
+            with request_lock(path, wait=False) as held:
                 if not held:
                     continue  # its evaluation is still running
                 state = self.states.current(run_id)  # it may have ended meanwhile
@@ -928,7 +927,7 @@ class RunService:
         task = self.task(task_ref)
         path = self.baseline_path(task)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(path.with_suffix(".lock")):
+        with nomination_lock(path.with_suffix(".lock")):
             known = self._read_baseline(task, path)
             if known is not None:
                 return known
@@ -1149,64 +1148,3 @@ def _trial_items(outcomes: Sequence[TrialOutcome]) -> list[Item]:
         items.append(("TrialCompleted", outcome.completed, "server"))
         items.extend(("SafetyViolation", v, "server") for v in outcome.violations)
     return items
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, *, wait: bool = True) -> Iterator[None]:
-    """An exclusive lock on ``path`` (kept); without ``wait``, Unavailable when held."""
-    with _flock(path, wait=wait, remove=False) as held:
-        if not held:
-            raise Unavailable(
-                "this run's nomination is already under way",
-                hint="wait for it: GET the run until its state is closed",
-            )
-        yield
-
-
-@contextlib.contextmanager
-def _request_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold a request's lock file while its evaluation runs (see RunService.recover).
-
-    Yields whether it is held (always, with ``wait``). The holder removes the file before
-    letting go; one who opened it before then finds, once it holds the lock, the request
-    recorded, since the state is read again under the lock.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _flock(path, wait=wait, remove=True) as held:
-        yield held
-
-
-@contextlib.contextmanager
-def _flock(path: Path, *, wait: bool, remove: bool) -> Iterator[bool]:
-    """An exclusive flock on the file at ``path``; yields whether it is held (always,
-    with ``wait``). With ``remove`` the holder removes the file before letting go, and a
-    lock taken on a file so removed does not count: the lock is the file now at the path."""
-    while True:
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            if remove and not _same_file(handle.fileno(), path):
-                # Its holder removed it before letting go. Without waiting, say it is
-                # held (its holder has just finished; the caller looks again next time).
-                if wait:
-                    continue
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                if remove:
-                    path.unlink(missing_ok=True)
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            return
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        here, there = os.fstat(fd), os.stat(path)
-    except FileNotFoundError:
-        return False
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)

@@ -418,7 +418,7 @@ def test_a_lock_file_removed_by_its_holder_is_not_held_twice(tmp_path: Path) -> 
     """The holder of a request's lock removes the file before letting go. One who opened
     the old file and locks it afterwards must not count as holding the lock, or a third
     could lock the new file at the same path and both would hold it."""
-    from holedger.server.service import _request_lock
+    from holedger.server.locks import request_lock as _request_lock
 
     path = tmp_path / "runs" / "r.requests" / "req.lock"
     held: list[bool] = []
