@@ -790,6 +790,8 @@ def run_result(
         "g": (scored or {}).get("g"),
         "budget_use": budget,
         "verdict": "verified" if report.verified else "failed",
+        # A verified log of an abandoned run: no score, and the statement says so.
+        "aborted": bool(report is not None and report.aborted),
         "failed_checks": report.failed_checks(),
         "warnings": [c.name for c in report.checks if c.level == "warning" and not c.ok],
         "events": len(records),
@@ -897,10 +899,16 @@ def verify_attestation_cmd(
     if as_json:
         emit_json(result)
     elif result["run_verified"]:
-        console().print(
-            f"[bold green]VERIFIED[/] run {plain(pred.get('run_id'))}: verdict "
-            f"{plain(pred.get('verdict'))}, g {plain(score_text(pred.get('g')))}"
-        )
+        if pred.get("aborted") is True:
+            console().print(
+                f"[bold yellow]VERIFIED (aborted)[/] run {plain(pred.get('run_id'))}: "
+                "the run was closed as aborted and has no score"
+            )
+        else:
+            console().print(
+                f"[bold green]VERIFIED[/] run {plain(pred.get('run_id'))}: verdict "
+                f"{plain(pred.get('verdict'))}, g {plain(score_text(pred.get('g')))}"
+            )
     elif result["verified"]:
         failed = pred.get("failed_checks")
         checks = ", ".join(str(c) for c in failed) if isinstance(failed, list) else "?"

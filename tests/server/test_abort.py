@@ -162,6 +162,18 @@ def test_the_cli_aborts_lists_replays_and_leaves_it_out_of_analyses(
     assert reported.exit_code == 0 and json.loads(reported.output)["verdict"] == "verified-aborted"
     assert "VERIFIED (aborted" in page.read_text()
 
+    statement = service.settings.home / "aborted.intoto.json"
+    attested = run("attest", run_id, "-o", str(statement), "--json")
+    assert attested.exit_code == 0, attested.output
+    vkey = service.settings.home / "keys" / "operator.pub"
+    checked = run("verify-attestation", str(statement), "--trusted-key", str(vkey))
+    assert checked.exit_code == 0 and "VERIFIED (aborted)" in checked.output, checked.output
+    checked_json = json.loads(
+        run("verify-attestation", str(statement), "--trusted-key", str(vkey), "--json").output
+    )
+    assert checked_json["statement"]["predicate"]["aborted"] is True
+    assert checked_json["statement"]["predicate"]["g"] is None
+
     again = run("run", "abort", run_id, "--reason", "twice")
     assert again.exit_code == 3 and "already closed" in again.output
 
