@@ -305,3 +305,23 @@ def test_mixed_formats_in_one_trial_are_attributed_to_it_and_replayed(env: Env) 
     report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
     assert report.verified, report.failed_checks()
     assert report.sections["gateway"]["trials_checked"] == 2
+
+
+def test_a_trial_reporting_other_cache_writes_fails_replay(env: Env) -> None:
+    sdk = anthropic_client(env, env.trial_token())
+    sdk.messages.create(
+        model=SIM_MODEL,
+        max_tokens=50,
+        system=[{"type": "text", "text": "Answer briefly.", "cache_control": CACHE}],
+        messages=[{"role": "user", "content": QUESTION}],
+    )
+    completed = trial_completed(env, "t1")
+    assert completed.tokens.cache_write > 0
+    # Same total, the cache writes moved into plain input: the trial's sum no longer holds.
+    forged = completed.tokens.model_copy(update={"cache_write": 0})
+    env.ledger.append(
+        env.run_id, "TrialCompleted", completed.model_copy(update={"tokens": forged}), "server"
+    )
+    env.ledger.close_run(env.run_id)
+    report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])
+    assert report.failed_checks() == ["gateway_trial_totals"]

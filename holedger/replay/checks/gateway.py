@@ -48,13 +48,14 @@ _TOTAL, _SPLIT, _DENIED_CHARGED, _ESTIMATED, _ALLOWED_UNLISTED, _DENIED_LISTED =
 _NO_RESERVATION, _NO_STATE = 6, 7
 _ARITY = (3, 0, 0, 2, 1, 1, 0, 0)
 
-# Per trial: input, cached, output, reasoning, total, calls.
-_TRIAL_STRIDE = 6
+# Per trial: input, cached, output, reasoning, total, cache_write, calls.
+_TRIAL_STRIDE = 7
 # Per budget decision: settled, outstanding, settled_calls, reservations, trial_settled,
 # trial_outstanding (the recorded state; cap and trial_cap are kept only when unusual).
 _STATE_STRIDE = 6
-# Per TrialCompleted: seq, trial code, input, cached, output, reasoning, total, calls.
-_COMPLETED_STRIDE = 8
+# Per TrialCompleted: seq, trial code, input, cached, output, reasoning, total,
+# cache_write, calls.
+_COMPLETED_STRIDE = 9
 
 
 def _zeros(size: int, wide: bool = False) -> MutableSequence[int]:
@@ -228,6 +229,7 @@ class GatewayFold:
                     t.output,
                     t.reasoning,
                     t.total,
+                    t.cache_write,
                     payload.gateway_calls,
                 )
             )
@@ -239,7 +241,7 @@ class GatewayFold:
         t = call.tokens
         usage = (t.input, t.cached, t.output, t.reasoning, t.total)
         if call.trial_id is not None:
-            self._add_to_trial(self._trial(call.trial_id), usage)
+            self._add_to_trial(self._trial(call.trial_id), (*usage, t.cache_write))
         if not call.allowed:
             key = call.code or "denied"
             self._denied[key] = self._denied.get(key, 0) + 1
@@ -263,7 +265,7 @@ class GatewayFold:
         base = code * _TRIAL_STRIDE
         sums = self._trial_sums
         new = [sums[base + k] + value for k, value in enumerate(usage)]
-        new.append(sums[base + 5] + 1)
+        new.append(sums[base + 6] + 1)
         if max(new) > INT64_MAX and isinstance(sums, array):
             sums = self._trial_sums = list(sums)
         for k, value in enumerate(new):
@@ -520,11 +522,11 @@ class GatewayFold:
         names: list[str] | None = None
         for base in range(0, len(completed), _COMPLETED_STRIDE):
             seq, code = completed[base], completed[base + 1]
-            reported = tuple(completed[base + 2 : base + 7])
-            calls = completed[base + 7]
+            reported = tuple(completed[base + 2 : base + 8])
+            calls = completed[base + 8]
             at = code * _TRIAL_STRIDE
-            expected = tuple(sums[at : at + 5])
-            count = sums[at + 5]
+            expected = tuple(sums[at : at + 6])
+            count = sums[at + 6]
             if reported != expected or calls != count:
                 names = names or list(self._trial_codes)
                 out.fail(
