@@ -323,5 +323,5 @@ def test_a_trial_reporting_other_cache_writes_fails_replay(env: Env) -> None:
         env.run_id, "TrialCompleted", completed.model_copy(update={"tokens": forged}), "server"
     )
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayProjection])
+    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
     assert report.failed_checks() == ["gateway_trial_totals"]
