@@ -52,6 +52,17 @@ def _grid(out: Any, g: dict[str, Any]) -> None:
         ),
         soft_wrap=True,
     )
+    if not anchors["agents"] or not anchors["evolvers"]:
+        out.print(
+            plain(
+                "no anchor agents or evolvers: updating and benefit need them "
+                "(hint: name them with --anchor-agent and --anchor-evolver)"
+            ),
+            soft_wrap=True,
+        )
+    unbased = [f for f in g["agents"] if f not in base]
+    if unbased:
+        out.print(plain(f"no NONE base, so in no measure: {', '.join(unbased)}"), soft_wrap=True)
     spread = g["evolver_spread"]
     if spread["spread"] is not None:
         out.print(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from holedger.analysis.updating import (
     READINGS,
@@ -16,6 +18,9 @@ from holedger.analysis.updating import (
     default_anchors,
     given_anchors,
     updating,
+)
+from holedger.analysis.updating import (
+    regressions as regressions_of,
 )
 
 
@@ -179,3 +184,41 @@ def test_across_benchmarks_no_evolver_wins_every_one() -> None:
     same = across_benchmarks([one, one | {"benchmark": "copy"}])
     assert same["wins_every_benchmark"] == ["e1"]
     assert same["regressions_by_evolver"] == {"e2": 2, "e3": 2}
+
+
+rates = st.fractions(min_value=0, max_value=1, max_denominator=16)
+
+
+@given(
+    base=st.lists(rates, min_size=1, max_size=4),
+    js=st.lists(st.lists(rates, min_size=3, max_size=3), min_size=4, max_size=4),
+)
+def test_benefit_is_a_cell_at_least_every_other_and_updating_lies_within_its_column(
+    base: list[F], js: list[list[F]]
+) -> None:
+    """On any complete grid: benefit(f) is delta(f, e) of some anchor evolver and no less
+    than any; updating(e) lies between the smallest and largest delta of its column, and
+    times the number of anchor agents is their sum."""
+    agents = [f"f{i}" for i in range(len(base))]
+    grid = Grid(
+        "b",
+        "in-situ",
+        base=dict(zip(agents, base, strict=True)),
+        cells={(f, f"e{k}"): js[i][k] for i, f in enumerate(agents) for k in range(3)},
+    )
+    anchors = default_anchors(grid)
+    assert anchors.agents == tuple(agents) and len(anchors.evolvers) == 3
+    for f in agents:
+        deltas = [grid.delta(f, e) for e in anchors.evolvers]
+        value, best = benefit(grid, f, anchors)
+        assert value == max(d for d in deltas if d is not None)
+        assert best and all(grid.delta(f, e) == value for e in best)
+    for e in anchors.evolvers:
+        column = [d for f in agents if (d := grid.delta(f, e)) is not None]
+        up = updating(grid, e, anchors)
+        assert up is not None and min(column) <= up <= max(column)
+        assert up * len(agents) == sum(column)
+    reg = regressions_of(grid)
+    assert reg["regressions"] + reg["ties"] == sum(
+        1 for (f, _), j in grid.cells.items() if j <= grid.base[f]
+    )
