@@ -14,7 +14,7 @@ BIG = 2**52
 
 
 def context(cap: int, trial_cap: int | None = None) -> Any:
-    budget = SimpleNamespace(target_tokens=cap, per_trial_tokens=trial_cap)
+    budget = SimpleNamespace(target_tokens=cap, per_trial_tokens=trial_cap, optimizer_tokens=None)
     return SimpleNamespace(
         opened=SimpleNamespace(terms=SimpleNamespace(models=["m"], budget=budget))
     )

@@ -32,7 +32,6 @@ from holedger.schemas.events import (
     GatewayCall,
     Model,
     RunOpened,
-    TokenUsage,
     TrialCompleted,
 )
 
@@ -545,30 +544,30 @@ class GatewayFold:
                 "calls": self.call_count,
                 "target_cap": self.cap,
                 "per_trial_cap": self.trial_cap,
-                "target_tokens": _usage(self._target, self._cache_write["target"]).model_dump(),
+                "target_tokens": _usage(self._target, self._cache_write["target"]),
                 "target_settled": self._settled_total,
                 "overshoot": max(0, self._settled_total - self.cap),
                 "estimated_calls": self._estimated,
                 "optimizer_cap": self.optimizer_cap,
-                "optimizer_tokens": _usage(
-                    self._optimizer, self._cache_write["optimizer"]
-                ).model_dump(),
+                "optimizer_tokens": _usage(self._optimizer, self._cache_write["optimizer"]),
                 "denied": dict(sorted(self._denied.items())),
                 "trials_checked": self.trial_count,
             },
         )
 
 
-def _usage(sums: list[int], cache_write: int = 0) -> TokenUsage:
+def _usage(sums: list[int], cache_write: int = 0) -> dict[str, int]:
+    """Token sums in TokenUsage's fields, as plain integers: a sum over a forged log may
+    leave the range one event can hold, and replay reports it exactly instead of failing."""
     inp, cached, output, reasoning, total = sums
-    return TokenUsage(
-        input=inp,
-        cached=cached,
-        cache_write=cache_write,
-        output=output,
-        reasoning=reasoning,
-        total=total,
-    )
+    return {
+        "input": inp,
+        "cached": cached,
+        "cache_write": cache_write,
+        "output": output,
+        "reasoning": reasoning,
+        "total": total,
+    }
 
 
 def _brief(state: _State) -> str:
