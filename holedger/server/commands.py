@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from holedger.errors import UsageError
-from holedger.numbers import Mean, amount, exact
+from holedger.numbers import Mean, amount, exact, quantities_for_json
 from holedger.output import emit_json, settings
 from holedger.replay.report import counted, score_text
 from holedger.sandboxes import BACKEND_NAMES
@@ -245,6 +245,10 @@ def eval_cmd(
     data = {"run_id": run_id, **result.as_json(), "warnings": result.warnings}
     if as_json:
         _warn(result.warnings)  # on stderr with --json too: stdout stays one document
+        # The number rule for the budget's quantities; the projection stays exactly as
+        # it was shown and signed.
+        for key in ("cost", "budget_used"):
+            data[key] = quantities_for_json(data[key], ["case_passes"])
         emit_json(data)
         return
     click.echo(f"request {result.request_id} accepted ({result.policy})")

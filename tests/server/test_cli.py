@@ -115,7 +115,13 @@ def test_a_whole_run_from_the_command_line(fresh_home: Settings, tmp_path: Path)
         "--json",
     )
     assert evaluated["projection"]["cases"]["dev-0"]["mean"] == "1"
-    assert evaluated["budget_used"]["dev"] == {"calls": 1, "case_passes": "2/3"}
+    assert evaluated["budget_used"]["dev"] == {
+        "calls": 1,
+        "case_passes": 2 / 3,
+        "case_passes_exact": "2/3",
+    }
+    assert evaluated["cost"]["case_passes"] == 2 / 3
+    assert evaluated["cost"]["case_passes_exact"] == "2/3"
     refused = runner.invoke(cli, [*home, "eval", run_id, "seed", "--split", "test"])
     assert refused.exit_code == 3
     assert refused.output.count("\n") == 1 and "test split is closed" in refused.output
