@@ -21,6 +21,7 @@ import pytest
 from holedger.gateway.serve import AppServer
 from holedger.protocol.tokens import DEFAULT_OPTIMIZER_TOKENS
 from holedger.server.api import create_api_app
+from holedger.server.lifecycle import abort_run
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
@@ -130,3 +131,7 @@ def test_a_commit_is_files_or_changes_not_both(
         assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "method_not_allowed"
         outside = httpx.get(f"http://127.0.0.1:{api.port}/v2/anything")
         assert outside.status_code == 404 and outside.json()["error"]["type"] == "not_found"
+    # A run with no seed baseline can never be scored: close it, so the shared home holds
+    # no run that other tests would try to nominate.
+    abort_run(service, opened.run_id, "a test of refusals only")
+    assert_replay_verifies(service.ledger, opened.run_id)
