@@ -97,9 +97,10 @@ def _run_with_terminal_stderr(argv: list[str], cwd: Path) -> tuple[int, bytes, b
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=follower, env=env)
     os.close(follower)
     err = b""
+    waiter = select.poll()  # not select(): descriptors past 1024 in a long session
+    waiter.register(leader, select.POLLIN)
     while True:
-        ready, _, _ = select.select([leader], [], [], 60)
-        if not ready:
+        if not waiter.poll(60 * 1000):
             proc.kill()
             break
         try:

@@ -35,9 +35,10 @@ def _on_terminal(argv: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=follower, env=env)
     os.close(follower)
     err = b""
+    waiter = select.poll()  # not select(): descriptors past 1024 in a long session
+    waiter.register(leader, select.POLLIN)
     while True:
-        ready, _, _ = select.select([leader], [], [], 120)
-        if not ready:
+        if not waiter.poll(120 * 1000):
             proc.kill()
             break
         try:
