@@ -27,6 +27,15 @@ TEST_SEALED: Final = "protocol.test_sealed"
 HELDOUT_ATTEMPTS: Final = "protocol.heldout_attempts"
 UNKNOWN_CASE: Final = "protocol.unknown_case"
 VAL_TOO_FEW_CASES: Final = "protocol.val_min_cases"
+# A solve-evolve step asked for out of its turn: the next batch while the evolver still
+# owes the last one its commit or "unchanged", or a commit or "unchanged" for a step that
+# is not the one awaiting it (holedger/protocol/evolve.py).
+EVOLVE_OUT_OF_TURN: Final = "evolve.out_of_turn"
+EVOLVE_DONE: Final = "evolve.done"  # every step of the stream has closed
+EVOLVE_OUT_OF_SCOPE: Final = "evolve.out_of_scope"  # a changed path outside the scope
+EVOLVE_WRONG_PARENT: Final = "evolve.wrong_parent"  # a parent other than H_{t-1}
+EVOLVE_STEP_BUDGET: Final = "evolve.step_budget"  # the step's evolver tokens overspent
+EVOLVE_NOT_SOLVE_EVOLVE: Final = "evolve.not_solve_evolve"  # a search run, or the reverse
 
 CODES: Final = frozenset(
     {
@@ -40,6 +49,12 @@ CODES: Final = frozenset(
         HELDOUT_ATTEMPTS,
         UNKNOWN_CASE,
         VAL_TOO_FEW_CASES,
+        EVOLVE_OUT_OF_TURN,
+        EVOLVE_DONE,
+        EVOLVE_OUT_OF_SCOPE,
+        EVOLVE_WRONG_PARENT,
+        EVOLVE_STEP_BUDGET,
+        EVOLVE_NOT_SOLVE_EVOLVE,
     }
 )
 

@@ -201,6 +201,31 @@ class OptimizerDescriptor(Model):
     replicate: PositiveCount = 1
 
 
+class NoneRun(Model):
+    """A solve-evolve run's pinned NONE run: the same stream with no evolver (the seed
+    throughout), run once per task and stream, and its in-situ pass rate Base(f)."""
+
+    run_id: str
+    j: Rational
+    per_case_digest: Sha256Hex
+
+
+class EvolveTerms(Model):
+    """What a solve-evolve run pins at its opening (docs/PROTOCOL.md, Solve-evolve runs):
+    the ordered case stream (exactly ``steps`` x ``batch`` case ids of ``split``) and its
+    digest, the batch size, the number of steps, the editable scope (folders of the
+    harness the evolver may change) and the evolver's token budget per step."""
+
+    split: Literal["dev"] = "dev"
+    stream: list[str]
+    stream_digest: Sha256Hex
+    batch: PositiveCount
+    steps: PositiveCount
+    scope: list[str]
+    step_tokens: Count | None = Field(default=None, exclude_if=lambda v: v is None)
+    none_run: NoneRun | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class RunOpened(Model):
     task_id: str
     task_digest: Sha256Hex
@@ -211,6 +236,8 @@ class RunOpened(Model):
     keys: dict[Role, PublicKeyInfo]
     origin: str
     checkpoint_interval: PositiveCount
+    # Only in a solve-evolve run (absent, not null, in every other run's RunOpened).
+    solve_evolve: EvolveTerms | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("keys")
     @classmethod
@@ -382,6 +409,34 @@ class Checkpoint(Model):
     note: str = Field(description="the C2SP signed note holding the tlog-checkpoint text")
 
 
+class StepClosed(Model):
+    """The end of step ``step`` of a solve-evolve run: the evolver's one commit
+    (``committed``: the CandidateCommitted just before, ``candidate`` = H_t) or its
+    explicit ``unchanged`` (``candidate`` = ``parent``). ``parent`` is H_{t-1}, whose
+    trials (request ``request_id``) were disclosed as ``projection_digest``;
+    ``evolver_tokens`` sums the optimizer-scope model calls recorded since then."""
+
+    step: PositiveCount
+    outcome: Literal["committed", "unchanged"]
+    parent: str
+    candidate: str
+    request_id: str
+    projection_digest: Sha256Hex
+    evolver_tokens: Count
+
+
+class InSituScored(Model):
+    """A solve-evolve run's in-situ score, once its last step has closed: every stream
+    case's scores (in stream order) as its step's trials recorded them under H_{t-1},
+    J = the mean over cases of each case's mean score, and Base = the pinned NONE run's J
+    (a NONE run's own J), delta = J - Base."""
+
+    per_case: list[CaseScores]
+    j: Rational
+    base: Rational | None
+    delta: Rational | None
+
+
 class RunClosed(Model):
     reason: str
     summary: dict[str, Any] = {}
@@ -399,6 +454,8 @@ EVENT_TYPES: dict[str, type[Model]] = {
     "RunScored": RunScored,
     "Checkpoint": Checkpoint,
     "RunClosed": RunClosed,
+    "StepClosed": StepClosed,
+    "InSituScored": InSituScored,
 }
 
 _NAME = re.compile(r"^[A-Z][A-Za-z]+$")
