@@ -80,10 +80,7 @@ def budget_use(observations: Sequence[Observation], facts: dict[str, RunFacts]) 
             pass_u.append(u["pass_usage"])
         runs.append(
             {
-                "run_id": obs.run_id,
-                "task": obs.task,
-                "model": obs.model,
-                "harness": obs.harness,
+                **obs.who(),
                 "harness_scope": obs.scope,
                 "g": number(obs.g),
                 "call_usage": number(u["call_usage"]),
@@ -121,10 +118,7 @@ def tokens_vs_gain(
             continue
         runs.append(
             {
-                "run_id": obs.run_id,
-                "task": obs.task,
-                "model": obs.model,
-                "harness": obs.harness,
+                **obs.who(),
                 "g": number(obs.g),
                 "target_tokens_search": f.target_tokens_search,
                 "target_tokens_heldout": f.target_tokens_heldout,

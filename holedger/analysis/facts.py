@@ -21,6 +21,7 @@ from holedger.schemas.events import (
     EvaluationRequested,
     GatewayCall,
     OptimizerDescriptor,
+    OptimizerRead,
     RunClosed,
     RunOpened,
     RunScored,
@@ -51,6 +52,18 @@ class RunFacts(RunGain):
     candidates: tuple[Candidate, ...] = ()
     round_means: tuple[Fraction, ...] = ()  # E(H+)'s K round means on test
     se_h_plus: float | None = None  # their standard error (A3)
+    reads: Reads | None = None  # the optimizer's recorded reads; None: none recorded
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What the optimizer's OptimizerRead events say it looked at (A12, A13)."""
+
+    by_kind: dict[str, int]  # run, budget, tree, file, blob
+    output_reads: int  # blobs fetched: a trial's answer or trace
+    trace_reads: int  # of those, traces: the most detailed fetch (A13's deep fetch)
+    actions: int  # every optimizer action: reads, commits, evaluation requests, nomination
+    examined: tuple[tuple[str, str | None], ...]  # (candidate, path; None: its whole tree)
 
 
 def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
@@ -70,14 +83,29 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
     candidates: list[Candidate] = []
     rounds: list[Fraction] = []
     se: float | None = None
+    kinds: dict[str, int] = {}
+    blob_roles = {"answer": 0, "trace": 0}
+    examined: dict[tuple[str, str | None], None] = {}
+    own_actions = 0  # commits, evaluation requests and the nomination
     for rec in records:
+        if rec.type == "CandidateNominated":
+            own_actions += 1
         if rec.type not in _READ:
             continue
         payload = rec.typed_payload()
         if isinstance(payload, RunOpened):
             opened = payload
+        elif isinstance(payload, OptimizerRead):
+            for item in payload.reads:
+                kinds[item.kind] = kinds.get(item.kind, 0) + 1
+                if item.role is not None:
+                    blob_roles[item.role] += 1
+                if item.candidate and (item.kind == "file" or item.contents):
+                    examined.setdefault((item.candidate, item.path), None)
         elif isinstance(payload, EvaluationRequested):
             split_of[payload.request_id] = payload.split
+            if payload.split != "test" or payload.decision == "rejected":
+                own_actions += 1  # not the server's held-out scoring
             if payload.decision == "accepted" and payload.split in ("dev", "val"):
                 used = add_use(used, payload.split, payload.cost)
                 if first_bound is None and opened is not None:
@@ -101,6 +129,7 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
                 if first_bound is None and cap and target_search >= cap:
                     first_bound = "target_tokens"
         elif isinstance(payload, CandidateCommitted):
+            own_actions += payload.index > 0  # the seed is the server's, not an action
             candidates.append(
                 Candidate(payload.candidate, payload.parent, tuple(payload.changed_paths))
             )
@@ -134,6 +163,15 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
         candidates=tuple(candidates),
         round_means=tuple(rounds),
         se_h_plus=se,
+        reads=None
+        if not kinds
+        else Reads(
+            by_kind=kinds,
+            output_reads=blob_roles["answer"] + blob_roles["trace"],
+            trace_reads=blob_roles["trace"],
+            actions=own_actions + sum(kinds.values()),
+            examined=tuple(examined),
+        ),
     )
 
 
@@ -146,6 +184,8 @@ _READ = frozenset(
         "CandidateCommitted",
         "RunClosed",
         "RunScored",
+        "OptimizerRead",
+        "CandidateNominated",
     }
 )
 # Every type facts_of (and gain_of) reads; a reader may skip the others unparsed.

@@ -49,6 +49,15 @@ class Observation:
     e_h_plus: Fraction | None = None
     e_h0: Fraction | None = None
 
+    def who(self) -> dict[str, str | None]:
+        """The members that say whose run a row of an analysis is."""
+        return {
+            "run_id": self.run_id,
+            "task": self.task,
+            "model": self.model,
+            "harness": self.harness,
+        }
+
 
 Key = tuple[str, str, str]  # (task, model, harness)
 

@@ -17,8 +17,14 @@ declare rules in ``levers.toml`` beside its ``task.toml``::
 A hunk takes the levers of every task rule it matches; a hunk no task rule matches is
 classified by the generic rules below (symbol names such as ``*PROMPT*``, ``MAX_STEPS``,
 ``*RETR*``); a hunk matching neither is counted as unclassified. Breadth = the levers
-modified at least once / 8. The "examined" half of A12 needs the optimizer's read log,
-which these runs do not record; it is reported as not recorded.
+modified at least once / 8.
+
+Examined (reading, not stated): the optimizer's recorded reads (OptimizerRead) name the
+files it read, one by one or as a whole tree with its contents. A file read examines the
+levers of every top-level symbol in it, by the same rules (a symbol's lines stand for a
+hunk's changed lines; a file without symbols is one unnamed region); a tree read with
+contents examines every file of that candidate. A run whose log records no read has no
+examined half: breadth is then the levers modified alone, and the output says so.
 """
 
 from __future__ import annotations
@@ -39,7 +45,11 @@ from holedger.tasks.edits import LEVERS
 READING = (
     "A12: a hunk is classified by the top-level symbol it touches and the task's lever "
     "rules, else by generic symbol-name rules (reading, not stated); breadth counts "
-    "levers modified (the examined half is not recorded)"
+    "levers examined or modified"
+)
+READING_EXAMINED = (
+    "A12: a file the optimizer read examines the levers of every top-level symbol in it, "
+    "a tree read with contents every file of that candidate (reading, not stated)"
 )
 
 
@@ -158,15 +168,33 @@ def classify_change(
             touched = [None]
         found: set[str] = set()
         for symbol in touched:
-            task = {r.lever for r in rules if r.matches(path, symbol, changed)}
-            if not task:
-                task = {r.lever for r in GENERIC_RULES if r.matches(path, symbol, changed)}
-            found |= task
+            found |= _levers_of(path, symbol, changed, rules)
         if found:
             out.levers |= found
         else:
             out.unclassified += 1
     return out
+
+
+def _levers_of(
+    path: str, symbol: str | None, lines: Sequence[str], rules: Sequence[LeverRule]
+) -> set[str]:
+    """The levers of one region: the task's rules that match it, else the generic ones."""
+    task = {r.lever for r in rules if r.matches(path, symbol, lines)}
+    return task or {r.lever for r in GENERIC_RULES if r.matches(path, symbol, lines)}
+
+
+def levers_in_file(path: str, text: str, rules: Sequence[LeverRule]) -> set[str]:
+    """The levers a read of the whole file examines: those of each top-level symbol (its
+    lines as the changed lines), or of the file as one region when it has none."""
+    lines = text.splitlines()
+    symbols = _symbols(text)
+    if not symbols:
+        return _levers_of(path, None, lines, rules)
+    found: set[str] = set()
+    for first, last, name in symbols:
+        found |= _levers_of(path, name, lines[first - 1 : last], rules)
+    return found
 
 
 def classify_candidate(

@@ -42,10 +42,7 @@ def optimism(observations: Sequence[Observation], facts: dict[str, RunFacts]) ->
         gaps.append(f.val_best - f.e_h_plus)
         rows.append(
             {
-                "run_id": obs.run_id,
-                "task": obs.task,
-                "model": obs.model,
-                "harness": obs.harness,
+                **obs.who(),
                 "val_best": number(f.val_best),
                 "heldout": number(f.e_h_plus),
                 "optimism": number(f.val_best - f.e_h_plus),

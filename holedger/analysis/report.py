@@ -287,10 +287,11 @@ def _breadth(source: Source) -> str:
         )
     tasks = sorted({r["task"] for r in rows})
     ys = [_f(r["g"]) or 0.0 for r in rows]
-    plot = Plot("lever breadth against g", "levers modified (of 8)", "g", (0, 8), _range(ys))
+    axis = "levers examined or modified (of 8)"
+    plot = Plot("lever breadth against g", axis, "g", (0, 8), _range(ys))
     for r, y in zip(rows, ys, strict=True):
         plot.point(
-            float(r["breadth_modified"]),
+            float(len(r["levers_touched"])),
             y,
             tasks.index(r["task"]),
             f"{(r['run_id'] or '')[:8]} {r['model']}: {r['edits']} edits",

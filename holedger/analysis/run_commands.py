@@ -13,6 +13,13 @@ from holedger.analysis.commands import analysis_group
 from holedger.analysis.grid_commands import _f, _grid_sources, _show, load_source
 from holedger.output import console, emit_json, plain, table
 
+WHO = ["run", "task", "model", "harness"]
+
+
+def _who(row: dict[str, Any]) -> list[Any]:
+    """The columns that say whose run a row is: run id (short), task, model, harness."""
+    return [(row["run_id"] or "")[:8], row["task"], row["model"], row["harness"]]
+
 
 @analysis_group.command("budget")
 @_grid_sources
@@ -25,10 +32,7 @@ def budget_cmd(ctx: click.Context, /, **_: Any) -> None:
     def render(data: dict[str, Any]) -> None:
         rows = [
             [
-                (r["run_id"] or "")[:8],
-                r["task"],
-                r["model"],
-                r["harness"],
+                *_who(r),
                 _f(r["call_usage"], False),
                 _f(r["pass_usage"], False),
                 ",".join(r["exhausted_splits"]) or "-",
@@ -36,7 +40,7 @@ def budget_cmd(ctx: click.Context, /, **_: Any) -> None:
             ]
             for r in data["runs"]
         ]
-        heads = ["run", "task", "model", "harness", "calls", "passes", "exhausted", "binds first"]
+        heads = [*WHO, "calls", "passes", "exhausted", "binds first"]
         console().print(table("budget use", heads, rows))
         click.echo(
             f"median call usage {_f(data['median_call_usage'], False)}, median case-pass "
@@ -60,10 +64,7 @@ def tokens_cmd(ctx: click.Context, /, **_: Any) -> None:
     def render(data: dict[str, Any]) -> None:
         rows = [
             [
-                (r["run_id"] or "")[:8],
-                r["task"],
-                r["model"],
-                r["harness"],
+                *_who(r),
                 _f(r["g"]),
                 r["target_tokens_search"],
                 r["target_tokens_heldout"],
@@ -71,16 +72,7 @@ def tokens_cmd(ctx: click.Context, /, **_: Any) -> None:
             ]
             for r in data["runs"]
         ]
-        heads = [
-            "run",
-            "task",
-            "model",
-            "harness",
-            "g",
-            "target search",
-            "target test",
-            "optimizer",
-        ]
+        heads = [*WHO, "g", "target search", "target test", "optimizer"]
         console().print(table("tokens", heads, rows))
         for task, rho in data["spearman_target_tokens_g"].items():
             click.echo(
@@ -100,17 +92,14 @@ def optimism_cmd(ctx: click.Context, /, **_: Any) -> None:
     def render(data: dict[str, Any]) -> None:
         rows = [
             [
-                (r["run_id"] or "")[:8],
-                r["task"],
-                r["model"],
-                r["harness"],
+                *_who(r),
                 _f(r["val_best"], False),
                 _f(r["heldout"], False),
                 _f(r["optimism"]),
             ]
             for r in data["runs"]
         ]
-        heads = ["run", "task", "model", "harness", "best val", "E(H+) test", "optimism"]
+        heads = [*WHO, "best val", "E(H+) test", "optimism"]
         console().print(table("val-best against held-out", heads, rows))
         click.echo(
             f"below the identity (test < best val): {data['below_identity']}/{data['of']}; "
@@ -185,18 +174,16 @@ def levers_cmd(ctx: click.Context, /, **_: Any) -> None:
     def render(data: dict[str, Any]) -> None:
         rows = [
             [
-                (r["run_id"] or "")[:8],
-                r["task"],
-                r["model"],
-                r["harness"],
+                *_who(r),
                 _f(r["g"]),
-                f"{r['breadth_modified']}/8",
+                f"{len(r['levers_touched'])}/8",
+                "-" if r["breadth_examined"] is None else f"{r['breadth_examined']}/8",
                 r["edits"],
                 ", ".join(r["levers_modified"]) or "-",
             ]
             for r in data["runs"]
         ]
-        heads = ["run", "task", "model", "harness", "g", "breadth", "edits", "levers modified"]
+        heads = [*WHO, "g", "breadth", "examined", "edits", "levers modified"]
         console().print(table("lever breadth", heads, rows, fold=("levers modified",)))
         for task, rho in data["spearman_breadth_g"].items():
             shown = "-" if rho is None else f"{rho:+.3f}"
@@ -212,10 +199,34 @@ def levers_cmd(ctx: click.Context, /, **_: Any) -> None:
 @_grid_sources
 @click.pass_context
 def trace_cmd(ctx: click.Context, /, **_: Any) -> None:
-    """Trace-reading share and deep-fetch counts (A13), where the logs record reads."""
+    """Trace-reading share and deep-fetch counts (A13), from the optimizer's recorded reads."""
     from holedger.analysis.suite import trace_json
 
-    _show(ctx, trace_json, lambda data: None)
+    def render(data: dict[str, Any]) -> None:
+        rows = [
+            [
+                *_who(r),
+                _f(r["g"]),
+                r["actions"],
+                r["output_reads"],
+                r["trace_fetches"],
+                _f(r["share"], False),
+            ]
+            for r in data["runs"]
+        ]
+        heads = [*WHO, "g", "actions", "output reads", "trace fetches", "share"]
+        console().print(table("trace reading", heads, rows))
+        for task, rho in data["spearman_share_g"].items():
+            shown = "-" if rho is None else f"{rho:+.3f}"
+            click.echo(f"{task}: Spearman rho(trace-reading share, g) = {shown}")
+        click.echo(
+            f"deep fetches: {data['deep_fetches']} in total; {data['cells_with_deep_fetch']} of "
+            f"{data['cells']} cells fetched a trace at least once"
+        )
+        for item in data["runs_without_reads"]:
+            click.echo(f"{(item['run'] or '')[:8]}: {item['why']}")
+
+    _show(ctx, trace_json, render)
 
 
 @analysis_group.command("report")

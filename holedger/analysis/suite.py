@@ -65,10 +65,7 @@ def grid_json(source: Source) -> dict[str, Any]:
             continue
         runs.append(
             {
-                "run_id": o.run_id,
-                "task": o.task,
-                "model": o.model,
-                "harness": o.harness,
+                **o.who(),
                 "replicate": o.replicate,
                 "e_h_plus": f.e_h_plus,
                 "e_h_plus_round_means": list(f.round_means),
@@ -222,30 +219,99 @@ def bands_json(source: Source) -> dict[str, Any]:
     )
 
 
+NO_READS = "no read events recorded"
+READING_TRACE = (
+    "A13: trace-reading share = blobs fetched (a trial's answer or trace) / every optimizer "
+    "action (reads, commits, evaluation requests, the nomination); a deep fetch is a "
+    "trace blob fetched, the most detailed read the API offers (reading, not stated)"
+)
+
+
 def trace_json(source: Source) -> dict[str, Any]:
-    """A13 needs the optimizer's action log; these logs do not hold one."""
+    """A13 from the runs' OptimizerRead events: per run the share of actions that read
+    evaluation output and the trace fetches; per task Spearman's rho(share, g); cells with
+    at least one deep fetch and the total."""
+    from holedger.analysis.stats import spearman
+
     refused = _needs_runs(source, "trace reading")
     if refused:
         return refused
-    return _with_header(
-        source,
-        {
-            "refused": "the optimizer's reads (projections, trace and output blobs) are not "
-            "recorded as signed events in these runs, so the trace-reading share and "
-            "deep-fetch counts cannot be computed",
-            "runs": sorted(source.facts),
-        },
-        [
-            "A13: trace-reading share = reads of evaluation output / all actions "
-            "(reading, not stated)"
-        ],
-    )
+    runs, unrecorded = [], []
+    per_task: dict[str, list[tuple[Fraction, Fraction]]] = {}
+    deep_cells: set[tuple[str, str, str]] = set()
+    for obs in source.observations:
+        facts = source.facts.get(obs.run_id or "")
+        if facts is None:
+            continue
+        reads = facts.reads
+        if reads is None:
+            unrecorded.append({"run": obs.run_id, "why": NO_READS})
+            continue
+        share = Fraction(reads.output_reads, reads.actions)
+        runs.append(
+            {
+                **obs.who(),
+                "g": number(obs.g),
+                "reads": sum(reads.by_kind.values()),
+                "reads_by_kind": dict(sorted(reads.by_kind.items())),
+                "output_reads": reads.output_reads,
+                "trace_fetches": reads.trace_reads,
+                "actions": reads.actions,
+                "share": number(share),
+            }
+        )
+        if reads.trace_reads:
+            deep_cells.add((obs.task, obs.model, obs.harness))
+        if obs.g is not None:
+            per_task.setdefault(obs.task, []).append((share, obs.g))
+    rho = {
+        t: spearman([x for x, _ in pts], [y for _, y in pts]) for t, pts in sorted(per_task.items())
+    }
+    body: dict[str, Any] = {
+        "runs": runs,
+        "runs_without_reads": unrecorded,
+        "spearman_share_g": rho,
+        "cells_with_deep_fetch": len(deep_cells),
+        "cells": len({(r["task"], r["model"], r["harness"]) for r in runs}),
+        "deep_fetches": sum(r["trace_fetches"] for r in runs),
+    }
+    if not runs:
+        body["refused"] = f"{NO_READS} in these runs: trace reading needs them"
+    return _with_header(source, body, [READING_TRACE])
+
+
+def _examined_levers(facts: Any, read: Any, rules: Any) -> set[str] | None:
+    """The levers the run's recorded reads examined; None when it records no read."""
+    from holedger.analysis.levers import levers_in_file
+
+    if facts.reads is None:
+        return None
+    ancestry = {c.commit: c for c in facts.candidates}
+    seed = facts.candidates[0].commit if facts.candidates else None
+    found: set[str] = set()
+    for commit, path in facts.reads.examined:
+        paths: set[str] = {path} if path is not None else set()
+        node = ancestry.get(commit)
+        while path is None and node is not None:  # a whole tree: every path it came by
+            paths |= set(node.changed_paths)
+            parent = node.parent or (seed if node.commit != seed else None)
+            node = ancestry.get(parent) if parent else None
+        for each in sorted(paths):
+            text = read(commit, each)
+            if text is not None:
+                found |= levers_in_file(each, text, rules)
+    return found
 
 
 def levers_json(source: Source) -> dict[str, Any]:
     """A12: per run the levers its candidates modified, its edits, and per task
     Spearman's rho(breadth, g)."""
-    from holedger.analysis.levers import READING, classify_candidate, load_rules
+    from holedger.analysis.levers import (
+        READING,
+        READING_EXAMINED,
+        classify_candidate,
+        load_rules,
+    )
     from holedger.analysis.sources import known_task_root
     from holedger.analysis.stats import spearman
 
@@ -256,6 +322,7 @@ def levers_json(source: Source) -> dict[str, Any]:
     rules_of: dict[str, Any] = {}
     runs = []
     missing = []
+    no_reads: list[str | None] = []
     per_task: dict[str, list[tuple[Fraction, Fraction]]] = {}
     for obs in source.observations:
         facts = source.facts.get(obs.run_id or "")
@@ -280,24 +347,27 @@ def levers_json(source: Source) -> dict[str, Any]:
             levers |= got.levers
             hunks += got.hunks
             unclassified += got.unclassified
+        examined = _examined_levers(facts, read, rules_of[obs.task])
+        touched = levers | (examined or set())
+        if examined is None:
+            no_reads.append(obs.run_id)
         runs.append(
             {
-                "run_id": obs.run_id,
-                "task": obs.task,
-                "model": obs.model,
-                "harness": obs.harness,
+                **obs.who(),
                 "g": number(obs.g),
                 "levers_modified": sorted(levers),
                 "breadth_modified": len(levers),
-                "breadth": number(Fraction(len(levers), 8)),
-                "examined": None,
+                "levers_examined": None if examined is None else sorted(examined),
+                "breadth_examined": None if examined is None else len(examined),
+                "levers_touched": sorted(touched),
+                "breadth": number(Fraction(len(touched), 8)),
                 "candidates": max(len(facts.candidates) - 1, 0),
                 "edits": hunks,
                 "unclassified_edits": unclassified,
             }
         )
         if obs.g is not None:
-            per_task.setdefault(obs.task, []).append((Fraction(len(levers), 8), obs.g))
+            per_task.setdefault(obs.task, []).append((Fraction(len(touched), 8), obs.g))
     rho = {
         t: spearman([x for x, _ in pts], [y for _, y in pts]) for t, pts in sorted(per_task.items())
     }
@@ -307,8 +377,13 @@ def levers_json(source: Source) -> dict[str, Any]:
             "runs": runs,
             "spearman_breadth_g": rho,
             "trees_missing": missing,
-            "examined_note": "the optimizer's reads are not recorded in these runs: "
-            "breadth counts levers modified only",
+            "examined_note": (
+                f"{NO_READS} in {len(no_reads)} of {len(runs)} runs: their breadth counts "
+                "levers modified only"
+                if no_reads
+                else "breadth counts levers examined (read) or modified"
+            ),
+            "runs_without_reads": no_reads,
         },
-        [READING],
+        [READING, READING_EXAMINED],
     )

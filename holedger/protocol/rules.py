@@ -36,6 +36,7 @@ Recording conventions that replay (holedger/replay/) checks:
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import re
 from collections import Counter
@@ -320,7 +321,14 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 def fetchable_digests(body: object) -> set[str]:
     """The blobs a projection body opens to its optimizer: the trials' ``answer_digest``
     and ``trace_digest`` fields, never a digest-shaped string inside an answer."""
-    found: set[str] = set()
+    return set(fetchable_roles(body))
+
+
+def fetchable_roles(body: object) -> dict[str, str]:
+    """:func:`fetchable_digests` with the role of each blob: ``answer`` (a trial's
+    ``answer_digest``) or ``trace`` (its ``trace_digest``); answer wins a digest named
+    as both."""
+    found: dict[str, str] = {}
     cases = body.get("cases") if isinstance(body, dict) else None
     if not isinstance(cases, dict):
         return found
@@ -329,10 +337,10 @@ def fetchable_digests(body: object) -> set[str]:
         for trial in trials if isinstance(trials, list) else []:
             if not isinstance(trial, dict):
                 continue
-            for name in ("answer_digest", "trace_digest"):
+            for name, role in (("trace_digest", "trace"), ("answer_digest", "answer")):
                 value = trial.get(name)
                 if isinstance(value, str) and _DIGEST.match(value):
-                    found.add(value)
+                    found[value] = role
     return found
 
 
@@ -366,6 +374,43 @@ def per_case_digest(per_case: Iterable[tuple[str, Sequence[Fraction]]]) -> str:
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
+def round_means(per_case: Sequence[Sequence[Fraction]]) -> list[Fraction]:
+    """The K round means of a K-attempt scoring (round r = attempt r of every case); []
+    when there are no cases or the cases were scored a different number of times."""
+    if not per_case or len({len(s) for s in per_case}) != 1:
+        return []
+    return [mean([scores[r] for scores in per_case]) for r in range(len(per_case[0]))]
+
+
+def round_se(rounds: Sequence[Fraction]) -> str | None:
+    """The standard error of the round means, sd(n - 1) / sqrt(K) (A3), as a decimal
+    rounded half-even to 9 places, computed exactly (a decimal square root of the exact
+    variance / K at 40 digits); None for fewer than two rounds."""
+    k = len(rounds)
+    if k < 2:
+        return None
+    centre = mean(list(rounds))
+    square = sum(((r - centre) ** 2 for r in rounds), Fraction(0)) / (k - 1) / k
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        root = (decimal.Decimal(square.numerator) / decimal.Decimal(square.denominator)).sqrt()
+        return str(root.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_HALF_EVEN))
+
+
+TIMEOUT_SCORES = ("zero", "verifier")
+
+
+def trial_score(
+    verifier_score: Fraction, *, timed_out: bool, timeout_score: str | None
+) -> Fraction:
+    """A trial's score under the task's timeout rule: a trial killed at its time limit
+    scores 0 (``zero``, the default), unless the terms say its answer is scored as any
+    other (``verifier``); ``None`` is a log's terms written before the rule existed."""
+    if timed_out and (timeout_score or "zero") == "zero":
+        return Fraction(0)
+    return verifier_score
+
+
 def normalized_gain(e_plus: Fraction, e0: Fraction) -> Fraction | None:
     """g = (E(H+) - E(H0)) / (1 - E(H0)); None when E(H0) = 1 (no headroom)."""
     if e0 == 1:
@@ -384,6 +429,7 @@ __all__ = [
     "budget_decision",
     "expected_score",
     "fetchable_digests",
+    "fetchable_roles",
     "mean",
     "no_use",
     "normalized_gain",
@@ -392,6 +438,9 @@ __all__ = [
     "projection_digest",
     "request_cost",
     "request_problem",
+    "round_means",
+    "round_se",
     "shown_inline",
+    "trial_score",
     "trial_view",
 ]

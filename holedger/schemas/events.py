@@ -136,6 +136,11 @@ class TaskTerms(Model):
     immutable_paths: list[str]
     case_timeout_s: PositiveCount
     environment_digest: Sha256Hex
+    # How a timed-out trial scores (rules.trial_score): "zero" or "verifier"; absent in
+    # logs written before the rule was recorded, whose timeouts replay does not judge.
+    timeout_score: Literal["zero", "verifier"] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
 
 
 class SeedBaseline(Model):
@@ -394,6 +399,15 @@ class CaseScores(Model):
     scores: list[Rational]
 
 
+class RoundError(Model):
+    """A K-attempt score's error bar (A3): its K round means (round r = attempt r of every
+    test case) and their standard error sd(round means, n - 1) / sqrt(K), a decimal
+    rounded half-even to 9 places (``rules.round_error``); ``se`` is None for K = 1."""
+
+    round_means: list[Rational]
+    se: str | None = Field(pattern=r"^[0-9]+\.[0-9]{9}$")
+
+
 class RunScored(Model):
     candidate: str
     k: PositiveCount
@@ -401,6 +415,40 @@ class RunScored(Model):
     e_h_plus: Rational
     e_h0: Rational
     g: Rational | None
+    # The error bars of E(H+) and of the pinned E(H0) (from the seed-baseline run's per-case
+    # scores, when the pin carries them); absent in logs written before they were recorded.
+    e_h_plus_error: RoundError | None = Field(default=None, exclude_if=lambda v: v is None)
+    e_h0_error: RoundError | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+READ_KINDS = ("run", "budget", "tree", "file", "blob")
+
+
+class ReadItem(Model):
+    """One read the optimizer made through the server's API, as the server answered it.
+
+    ``kind``: ``run`` (the run's info: dev cases, val ids, the candidates), ``budget``,
+    ``tree`` (a candidate's file listing; ``contents`` when the files' text came with it),
+    ``file`` (one file of a candidate), ``blob`` (a trial's answer or trace named in a
+    projection; ``role`` says which). ``after_seq`` is the last event of the run state
+    the read was answered from: what it returned was disclosed at or before it.
+    """
+
+    kind: Literal["run", "budget", "tree", "file", "blob"]
+    after_seq: Count
+    time: str = Field(pattern=TIME_PATTERN)
+    candidate: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    path: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    contents: bool = Field(default=False, exclude_if=lambda v: v is False)
+    digest: Sha256Hex | None = Field(default=None, exclude_if=lambda v: v is None)
+    role: Literal["answer", "trace"] | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class OptimizerRead(Model):
+    """A batch of the optimizer's reads, in the order they were answered (written off the
+    request path; every batch is flushed before RunClosed)."""
+
+    reads: list[ReadItem] = Field(min_length=1)
 
 
 class Checkpoint(Model):
@@ -456,6 +504,7 @@ EVENT_TYPES: dict[str, type[Model]] = {
     "RunClosed": RunClosed,
     "StepClosed": StepClosed,
     "InSituScored": InSituScored,
+    "OptimizerRead": OptimizerRead,
 }
 
 _NAME = re.compile(r"^[A-Z][A-Za-z]+$")

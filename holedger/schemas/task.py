@@ -100,6 +100,12 @@ class TaskSpec(Model):
     budget: BudgetVector = Field(default_factory=default_budget)
     disclosure: DisclosurePolicy = DisclosurePolicy()
     case_timeout_s: int = Field(default=60, ge=1)
+    # A trial killed at its time limit scores 0 ("zero", A3) unless the task says its
+    # answer is scored like any other ("verifier"); left out of the spec (and so of its
+    # digest) when it is the default.
+    timeout_score: Literal["zero", "verifier"] = Field(
+        default="zero", exclude_if=lambda v: v == "zero"
+    )
     k: int = Field(default=3, ge=1)
     resolution_band: Rational = Fraction(1, 20)
 
@@ -133,6 +139,7 @@ class TaskSpec(Model):
             entrypoint=list(self.entrypoint),
             immutable_paths=list(self.immutable_paths),
             case_timeout_s=self.case_timeout_s,
+            timeout_score=self.timeout_score,
             environment_digest=self.environment_digest(),
         )
 

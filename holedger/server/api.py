@@ -22,6 +22,10 @@ recorded as a ``foreign_token`` SafetyViolation in the token's own run.
     GET  /v1/runs/{run}/blobs/{digest}       a blob named in a projection shown to this run
     POST /v1/runs/{run}/nomination           {"candidate"} -> nominated, scored and closed
 
+Every read the server answers (run info, budget, a tree, a file, a blob) is recorded as
+a signed OptimizerRead event, in batches written off the request path
+(:mod:`holedger.server.reads`).
+
 Errors are ``{"error": {"message", "type", "hint"}}`` with 400 (malformed), 401 (no or
 bad token), 402 (over budget, recorded), 403 (foreign token), 404 (unknown, an unknown
 route too), 405 (a known route, another method), 409 (refused by the protocol, recorded
@@ -30,10 +34,11 @@ when it is a request), 413 (body too large).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -56,7 +61,8 @@ from holedger.gateway.tokens import TokenRegistry
 from holedger.ledger.sql import run_uuid
 from holedger.schemas.events import SafetyViolation
 from holedger.server.budget_view import budget_json
-from holedger.server.candidates import read_file_map, read_tar
+from holedger.server.candidates import clean_path, read_file_map, read_tar
+from holedger.server.reads import ReadRecorder, read_item
 from holedger.server.service import RunService
 from holedger.server.trees import changes_on_parent, file_bytes, tree_view
 
@@ -94,9 +100,14 @@ def _status_of(exc: HoledgerError) -> tuple[int, str]:
     return 500, "server_error"
 
 
-def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> Starlette:
-    """The optimizer API over ``service``; tokens default to the ledger's registry."""
+def create_api_app(
+    service: RunService, tokens: TokenRegistry | None = None, reads: ReadRecorder | None = None
+) -> Starlette:
+    """The optimizer API over ``service``; tokens default to the ledger's registry, and
+    the optimizer's reads are recorded by ``reads`` (one made here, stopped with the app,
+    when none is given)."""
     registry = tokens or TokenRegistry(service.ledger.app.engine)
+    recorder = reads or ReadRecorder(service.ledger)
 
     def authenticate(request: Request, run_id: str) -> None:
         header = request.headers.get("authorization", "")
@@ -136,8 +147,17 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
 
         return endpoint
 
+    def answered(run_id: str, kind: str, **fields: object) -> None:
+        """Record a read the server has answered, from the state it has now reached."""
+        recorder.record(run_id, read_item(service.states.current(run_id), kind, **fields))
+
     async def info(request: Request, run_id: str) -> Response:
-        return JSONResponse(await run_in_threadpool(service.run_info, run_id))
+        def read() -> dict[str, Any]:
+            body = service.run_info(run_id)
+            answered(run_id, "run")
+            return body
+
+        return JSONResponse(await run_in_threadpool(read))
 
     async def post_candidate(request: Request, run_id: str) -> Response:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -200,7 +220,15 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         digest = str(request.path_params["digest"])
         if not _DIGEST.match(digest):
             raise ApiError(400, "invalid_request", "a blob is named by its SHA-256 (hex)")
-        data = await run_in_threadpool(service.disclosed_blob, run_id, digest)
+
+        def read() -> bytes:
+            data = service.disclosed_blob(run_id, digest)
+            state = service.states.current(run_id)
+            role = state.disclosed[digest]
+            recorder.record(run_id, read_item(state, "blob", digest=digest, role=role))
+            return data
+
+        data = await run_in_threadpool(read)
         return Response(data, media_type="application/octet-stream")
 
     async def post_nomination(request: Request, run_id: str) -> Response:
@@ -215,6 +243,7 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
     async def budget(request: Request, run_id: str) -> Response:
         def read() -> dict[str, Any]:
             state = service.states.current(run_id)
+            recorder.record(run_id, read_item(state, "budget"))
             return {"run_id": run_id, **budget_json(state, state.opened.terms)}
 
         return JSONResponse(await run_in_threadpool(read))
@@ -226,7 +255,10 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         def read() -> dict[str, Any]:
             state = service.states.current(run_id)
             immutable = state.opened.terms.immutable_paths
-            return tree_view(service.repo(run_id), state, ref, immutable, contents=contents)
+            view = tree_view(service.repo(run_id), state, ref, immutable, contents=contents)
+            item = read_item(state, "tree", candidate=view["candidate"], contents=contents)
+            recorder.record(run_id, item)
+            return view
 
         return JSONResponse(await run_in_threadpool(read))
 
@@ -234,7 +266,13 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         ref, path = str(request.path_params["candidate"]), str(request.path_params["path"])
 
         def read() -> bytes:
-            return file_bytes(service.repo(run_id), service.states.current(run_id), ref, path)
+            state = service.states.current(run_id)
+            data = file_bytes(service.repo(run_id), state, ref, path)
+            item = read_item(
+                state, "file", candidate=state.resolve_candidate(ref), path=clean_path(path)
+            )
+            recorder.record(run_id, item)
+            return data
 
         data = await run_in_threadpool(read)
         return Response(data, media_type="application/octet-stream")
@@ -257,7 +295,16 @@ def create_api_app(service: RunService, tokens: TokenRegistry | None = None) -> 
         Route("/v1/runs/{run}/blobs/{digest}", route(get_blob), methods=["GET"]),
         Route("/v1/runs/{run}/nomination", route(post_nomination), methods=["POST"]),
     ]
-    return Starlette(routes=routes, exception_handlers=JSON_HTTP_ERRORS)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if reads is None:  # the app's own recorder: what is queued is written at shutdown
+            await run_in_threadpool(recorder.close)
+
+    app = Starlette(routes=routes, exception_handlers=JSON_HTTP_ERRORS, lifespan=lifespan)
+    app.state.reads = recorder
+    return app
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

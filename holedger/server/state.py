@@ -49,7 +49,9 @@ class RunState:
     closed_reason: str | None = None  # RunClosed.reason: completed, aborted, ...
     # The held-out request recorded after the nomination (a resumed nomination reuses it).
     heldout: EvaluationRequested | None = None
-    disclosed: set[str] = field(default_factory=set)
+    # The blobs the optimizer was shown (a trial's answer or trace digest in a projection),
+    # each with its role: "answer" or "trace" (rules.fetchable_roles), the first one shown.
+    disclosed: dict[str, str] = field(default_factory=dict)
     projections: dict[str, str] = field(default_factory=dict)  # request id -> digest
     # Accepted dev and val requests not yet projected: in flight, or left by a server that
     # stopped before recording their trials (RunService.recover records those).
@@ -79,7 +81,8 @@ class RunState:
             proj = DisclosureProjected.model_validate(rec.payload)
             self.projections[proj.request_id] = proj.projection_digest
             self.pending.pop(proj.request_id, None)
-            self.disclosed.update(rules.fetchable_digests(proj.projection))
+            for digest, role in rules.fetchable_roles(proj.projection).items():
+                self.disclosed.setdefault(digest, role)
         elif rec.type == "CandidateNominated":
             self.nominated = str(rec.payload["candidate"])
         elif rec.type == "RunScored":
@@ -143,7 +146,7 @@ def _snapshot(state: RunState) -> RunState:
         closed=state.closed,
         closed_reason=state.closed_reason,
         heldout=state.heldout,
-        disclosed=set(state.disclosed),
+        disclosed=dict(state.disclosed),
         projections=dict(state.projections),
         pending=dict(state.pending),
         tokens=dict(state.tokens),

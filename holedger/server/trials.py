@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 from holedger.errors import CanonicalError
 from holedger.ledger.store import Ledger
 from holedger.protocol.answers import answer_bytes, parse_answer
+from holedger.protocol.rules import trial_score
 from holedger.sandboxes import Backend, Limits, SandboxResult, SandboxSpec
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
@@ -101,6 +102,9 @@ class TrialRunner:
     verify: Callable[[str, Any], Fraction]
     gateway: TrialGateway | None = None
     relay_port: int | None = None
+    # The task's timeout rule (TaskTerms.timeout_score, rules.trial_score): a timed-out
+    # trial scores 0 unless the terms say "verifier".
+    timeout_score: str | None = "zero"
 
     def run(self, plan: TrialPlan) -> TrialOutcome:
         with tempfile.TemporaryDirectory(prefix="holedger-trial-") as tmp:
@@ -158,6 +162,7 @@ class TrialRunner:
             score = Fraction(self.verify(plan.case_id, natural))
             if not 0 <= score <= 1:
                 raise ValueError(f"verifier scored {score} outside [0, 1]")
+            score = trial_score(score, timed_out=result.timed_out, timeout_score=self.timeout_score)
         output_digest = self.ledger.put_blob(result.stdout)
         trace_digest = self.ledger.put_blob(result.stderr)
         completed = trial_completed(

@@ -138,7 +138,8 @@ def test_levers_of_a_run_read_from_its_ledger_and_from_its_bundle_agree(tmp_path
     (row,) = json.loads(result.output)["runs"]
     assert row["levers_modified"] == ["prompt", "retrieval", "step_cap"]
     assert (row["breadth_modified"], row["candidates"], row["edits"]) == (3, 2, 3)
-    assert row["examined"] is None  # the optimizer's reads are not recorded
+    assert row["levers_examined"] is None  # no read events recorded: modified only
+    assert row["levers_touched"] == row["levers_modified"]
     bundle = tmp_path / "run.hlb"
     assert (
         runner.invoke(

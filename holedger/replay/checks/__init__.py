@@ -12,6 +12,7 @@ from holedger.replay.checks.budget import BudgetFold
 from holedger.replay.checks.disclosure import DisclosureFold
 from holedger.replay.checks.leakage import LeakageFold
 from holedger.replay.checks.order import OrderFold
+from holedger.replay.checks.reads import ReadsFold
 from holedger.replay.checks.rescore import RescoreFold
 from holedger.replay.checks.safety import SafetyFold
 from holedger.replay.checks.scores import ScoresFold
@@ -26,6 +27,7 @@ CHECKS += [
     BaselineFold,
     RescoreFold,
     LeakageFold,
+    ReadsFold,
 ]
 
 from holedger.replay.checks.gateway import GatewayFold  # noqa: E402

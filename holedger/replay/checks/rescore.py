@@ -7,6 +7,12 @@ is that answer's, and runs the verifier on it: the recorded score must be what i
 A trial without output (never run) must score 0. Nothing is run in a sandbox: the
 verifier is the task's own scoring function, run here as the server ran it.
 
+Timeouts (``timeouts``, on every trial, task at hand or not): when the terms state the
+timeout rule (``TaskTerms.timeout_score``), a trial killed at its time limit scores 0
+under ``zero`` (the default, A3) and whatever its answer earns under ``verifier``; the
+re-scoring applies the same rule (``rules.trial_score``). Logs whose terms predate the
+rule are not judged on it, and the check says so.
+
 What this catches: a score that does not follow from the recorded answer (a log re-signed
 by a key holder with higher scores). What it cannot catch: an answer made up whole, with
 its output, by whoever holds the key (see docs/PROTOCOL.md, "What a verified run proves").
@@ -22,6 +28,7 @@ from typing import Any
 from holedger.errors import HoledgerError
 from holedger.ledger.records import Record
 from holedger.protocol.answers import answer_digest, parse_answer
+from holedger.protocol.rules import trial_score
 from holedger.replay.engine import ReplayContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
@@ -29,6 +36,7 @@ from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import Model, TrialCompleted
 
 CHECK = "rescored"
+TIMEOUTS = "timeouts"
 
 
 class RescoreFold:
@@ -44,6 +52,9 @@ class RescoreFold:
         self.checked = 0
         self.withheld = 0
         self.failures: list[tuple[int, str]] = []
+        self.timeout_rule = ctx.opened.terms.timeout_score
+        self.timed_out = 0
+        self.timeout_failures: list[tuple[int, str]] = []
 
     def _resolve(self) -> None:
         self.resolved = True
@@ -60,6 +71,16 @@ class RescoreFold:
         """Re-score each trial as it comes: nothing is kept but counts and failures."""
         if not isinstance(payload, TrialCompleted):
             return
+        if payload.timed_out:
+            self.timed_out += 1
+            if self.timeout_rule == "zero" and payload.score != 0:
+                self.timeout_failures.append(
+                    (
+                        rec.seq,
+                        f"trial {payload.trial_id} timed out and scores "
+                        f"{rational_to_str(payload.score)}; the task's timeouts score 0",
+                    )
+                )
         if not self.resolved:
             self._resolve()
         if self.verify is None:
@@ -73,6 +94,7 @@ class RescoreFold:
             self.checked += 1
 
     def finish(self, out: ReportBuilder) -> None:
+        self._finish_timeouts(out)
         out.declare(CHECK, "every recorded score is the task verifier's score of its answer")
         if not self.resolved:
             self._resolve()  # no trial: still say whether the task was at hand
@@ -92,6 +114,21 @@ class RescoreFold:
                 f"{counted(checked, 'trial')} re-scored by the task's verifier: every "
                 f"recorded score agrees{note}",
             )
+
+    def _finish_timeouts(self, out: ReportBuilder) -> None:
+        out.declare(TIMEOUTS, "every timed-out trial scores as the task's timeout rule says")
+        for seq, reason in self.timeout_failures:
+            out.fail(seq, "TrialCompleted", reason, check=TIMEOUTS)
+        if self.timeout_failures:
+            return
+        n = counted(self.timed_out, "timed-out trial")
+        if self.timeout_rule is None:
+            note = f"{n}; the terms state no timeout rule (written before it): not judged"
+        elif self.timeout_rule == "zero":
+            note = f"{n}, each scored 0 as the task's timeouts are"
+        else:
+            note = f"{n}, scored by the verifier as the task's terms say"
+        out.check(TIMEOUTS, True, note)
 
     def _problem(self, trial: TrialCompleted, verify: Callable[[str, Any], Fraction]) -> str | None:
 
@@ -115,6 +152,10 @@ class RescoreFold:
                 score = verify(trial.case_id, natural)
             except HoledgerError as exc:
                 return f"the verifier refused its answer: {exc.message}"
+            if self.timeout_rule is not None:
+                score = trial_score(
+                    score, timed_out=trial.timed_out, timeout_score=self.timeout_rule
+                )
         if score != trial.score:
             return (
                 f"recorded score {rational_to_str(trial.score)}, but the task's verifier "
