@@ -13,11 +13,8 @@ import math
 import struct
 from typing import Any
 
-from holedger.gateway.simulator import (
-    SimulatedModel,
-    SimulatorRequestError,
-    count_tokens,
-)
+from holedger.gateway.sim_reading import count_tokens
+from holedger.gateway.simulator import SimulatedModel, SimulatorRequestError
 
 CHUNK_CHARS = 16
 DEFAULT_DIMENSIONS = 64

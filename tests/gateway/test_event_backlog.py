@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from holedger.errors import ConfigError
-from holedger.gateway import app as gateway_app
-from holedger.gateway.app import Gateway
+from holedger.gateway import admission
+from holedger.gateway.call_events import CallRecorder
 from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.recorder import Submission
 from holedger.ledger.store import Ledger
@@ -136,7 +136,7 @@ def test_a_trial_closed_while_its_calls_wait_is_not_accused_of_smuggling(
     gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env, gate = gated
-    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 120.0)
+    monkeypatch.setattr(admission, "HOLD_TIMEOUT_S", 120.0)
     token = env.trial_token("t1")
     thread, out = in_background(lambda: fire(env, [token] * 10))
     until(lambda: env.gateway.room.waiting == 6, "6 calls wait")
@@ -214,7 +214,7 @@ def test_a_call_waiting_too_long_is_refused_retryable(
     gated: tuple[Env, Gate], upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env, gate = gated
-    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(admission, "HOLD_TIMEOUT_S", 0.3)
     answers = fire(env, [env.trial_token(f"t{i}") for i in range(5)])
     [late] = [a for a in answers if a.status_code == 503]
     assert late.json()["error"]["code"] == "ledger_behind"
@@ -246,7 +246,7 @@ def test_a_call_revoked_elsewhere_while_it_waits_out_the_hold_is_refused_as_revo
     # runs out: the answer must be the final token_revoked, not a retryable ledger_behind
     # whose retry would look like a smuggled token.
     env, gate = gated
-    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(admission, "HOLD_TIMEOUT_S", 0.5)
     token = env.trial_token("t1")
     thread, out = in_background(lambda: fire(env, [token] * 5))
     until(lambda: env.gateway.room.waiting == 1, "the fifth call waits")
@@ -287,16 +287,16 @@ def test_room_left_by_a_call_without_an_event_goes_to_the_next_waiter(
 ) -> None:
     # The writer is stuck, so only the leaving call can free the room: the waiter must
     # get it then, not after its wait runs out.
-    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 10.0)
-    record = Gateway._record
+    monkeypatch.setattr(admission, "HOLD_TIMEOUT_S", 10.0)
+    record = CallRecorder.record
 
-    def unrecordable_for_trial_a(self: Gateway, call: Any, **kw: Any) -> None:
+    def unrecordable_for_trial_a(self: CallRecorder, call: Any, **kw: Any) -> None:
         # The one way a call still ends without an event: recording it fails.
         if call.trial_id == "a":
             raise RuntimeError("recording fails (test)")
         record(self, call, **kw)
 
-    monkeypatch.setattr(Gateway, "_record", unrecordable_for_trial_a)
+    monkeypatch.setattr(CallRecorder, "record", unrecordable_for_trial_a)
     broken = FailOnce(upstream)
     config = GatewayConfig(upstream=UpstreamConfig(simulator=True), event_backlog=1)
     env = open_env(sqlite_url, make_terms(), config, upstream_app=broken)
@@ -324,7 +324,7 @@ def test_events_of_calls_never_forwarded_take_no_room(
     # Model listings (answered by the gateway itself) pile up unwritten behind the stuck
     # writer; a chat call must still be forwarded at once, the room being empty.
     env, gate = gated
-    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(admission, "HOLD_TIMEOUT_S", 0.5)
     token = env.trial_token("t1")
     with httpx.Client(base_url=env.base_url, timeout=30) as client:
         for _ in range(10):
@@ -343,7 +343,7 @@ def test_requests_refused_on_their_own_merits_never_wait_for_room(
     # With the room full, a disallowed model and a malformed body are still refused at
     # once, as what they are (the model probe stays a SafetyViolation), and take no room.
     env, gate = gated
-    monkeypatch.setattr(gateway_app, "HOLD_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(admission, "HOLD_TIMEOUT_S", 5.0)
     thread, _ = in_background(lambda: fire(env, [env.trial_token(f"t{i}") for i in range(4)]))
     until(lambda: env.gateway.room.owed == 4, "the room is full")
     probe = dict(BODY, model="not-allowed-model")

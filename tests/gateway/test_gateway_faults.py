@@ -17,9 +17,11 @@ import httpx
 import openai
 import pytest
 
-from holedger.gateway.app import Gateway
+from holedger.gateway.admission import Admission
+from holedger.gateway.call_events import CallRecorder
 from holedger.gateway.formats.base import SsePump
 from holedger.gateway.formats.chat import ChatFormat
+from holedger.gateway.forwarding import Forwarder
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.engine import replay_run
@@ -66,7 +68,7 @@ def assert_gateway_error(resp: httpx.Response) -> None:
 
 
 def outstanding(env: Env) -> int:
-    return env.gateway._run_state(env.run_id).budget.outstanding
+    return env.gateway.metering.run_state(env.run_id).budget.outstanding
 
 
 def assert_replay_verifies(env: Env, trial_id: str = "t1") -> None:
@@ -95,7 +97,7 @@ def test_a_fault_before_forwarding_is_a_recorded_denial(
 def test_a_fault_after_reserving_but_before_forwarding_settles_at_zero(
     env: Env, upstream: CountingUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(Gateway, "_forward", boom)
+    monkeypatch.setattr(Forwarder, "forward", boom)
     resp = chat(env, env.trial_token())
     assert_gateway_error(resp)
     [call] = env.calls()
@@ -143,7 +145,7 @@ def test_a_fault_mid_stream_ends_the_stream_and_charges_the_reservation(
 
 
 def test_a_fault_listing_models_is_recorded(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Gateway, "_allowed_models", boom)
+    monkeypatch.setattr(Admission, "allowed_models", boom)
     resp = httpx.get(
         f"{env.base_url}/models",
         headers={"authorization": f"Bearer {env.trial_token()}"},
@@ -204,16 +206,16 @@ def test_a_fault_while_recording_a_settlement_still_leaves_one_event(
 ) -> None:
     # The settlement's own recording fails once: the reservation must still stand, so the
     # fault handler settles and records the call once (charged its reservation).
-    record = Gateway._record
+    record = CallRecorder.record
     failed: list[str] = []
 
-    def fail_first_settlement(self: Gateway, call: Any, **kw: Any) -> None:
+    def fail_first_settlement(self: CallRecorder, call: Any, **kw: Any) -> None:
         if kw.get("status") == 200 and not failed:
             failed.append(call.call_id)
             raise Boom("injected")
         record(self, call, **kw)
 
-    monkeypatch.setattr(Gateway, "_record", fail_first_settlement)
+    monkeypatch.setattr(CallRecorder, "record", fail_first_settlement)
     resp = chat(env, env.trial_token())
     assert_gateway_error(resp)
     [call] = env.calls()

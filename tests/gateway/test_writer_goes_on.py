@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from holedger.gateway import app as gateway_app
+from holedger.gateway import call_events
 from holedger.gateway.fallback import UNRECORDABLE_CODE
 from holedger.gateway.recorder import EventWriter, Submission
 from holedger.replay.engine import replay_run
@@ -38,7 +38,7 @@ def test_an_event_that_cannot_be_built_is_recorded_as_refused(
 ) -> None:
     env = open_env(f"sqlite:///{tmp_path / 'l.db'}", make_terms())
     try:
-        real = gateway_app._Outcome.events
+        real = call_events.Outcome.events
         poisoned: list[str] = []
 
         def events(self: Any) -> Any:
@@ -47,7 +47,7 @@ def test_an_event_that_cannot_be_built_is_recorded_as_refused(
                 raise ValueError("integer out of the exact JSON range (simulated)")
             return real(self)
 
-        monkeypatch.setattr(gateway_app._Outcome, "events", events)
+        monkeypatch.setattr(call_events.Outcome, "events", events)
         good, bad = env.trial_token("good"), env.trial_token("poison")
         first = post(env.base_url, good)
         poisoned_resp = post(env.base_url, bad)

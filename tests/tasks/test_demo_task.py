@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from holedger.gateway.simulator import parse_question
+from holedger.gateway.sim_reading import parse_question
 from holedger.tasks import load_task
 from holedger.tasks.edits import LEVERS, EditConflictError, load_edits
 

@@ -21,23 +21,8 @@ import re
 from typing import Any
 
 from holedger.gateway.denial import invalid
-from holedger.gateway.formats.base import (
-    Limits,
-    Rewritten,
-    SsePump,
-    UsageError,
-    WireFormat,
-    count,
-    details,
-    dump,
-    parse_object,
-    refuse_fields,
-    refuse_tools,
-    require_model,
-    usage_of,
-    within_bounds,
-)
-from holedger.gateway.formats.chat import MODEL_SWITCH_FIELDS, SWITCH_WHY
+from holedger.gateway.formats import base
+from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import MAX_OUTPUT_TOKENS, Bound
 from holedger.schemas.events import TokenUsage
 
@@ -81,19 +66,19 @@ INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_t
 def anthropic_usage(block: Any) -> TokenUsage | None:
     if not isinstance(block, dict):
         return None
-    uncached = count(block, "input_tokens", required=True)
-    write = count(block, "cache_creation_input_tokens")
-    read = count(block, "cache_read_input_tokens")
-    out = count(block, "output_tokens", required=True)
-    split = details(block, "cache_creation")
+    uncached = base.count(block, "input_tokens", required=True)
+    write = base.count(block, "cache_creation_input_tokens")
+    read = base.count(block, "cache_read_input_tokens")
+    out = base.count(block, "output_tokens", required=True)
+    split = base.details(block, "cache_creation")
     if split:
-        parts = sum(count(split, key) for key in split)
+        parts = sum(base.count(split, key) for key in split)
         if parts != write:
             raise UsageError(
                 f"usage cache_creation parts sum to {parts}, "
                 f"not cache_creation_input_tokens {write}"
             )
-    return usage_of(uncached + write + read, out, cached=read, cache_write=write)
+    return base.usage_of(uncached + write + read, out, cached=read, cache_write=write)
 
 
 def _tool_kind(tool: dict[str, Any]) -> str | None:
@@ -108,36 +93,33 @@ def _tool_kind(tool: dict[str, Any]) -> str | None:
 
 
 class MessagesFormat(WireFormat):
+    """Anthropic Messages, with Anthropic's headers and error objects."""
+
     name = "messages"
     path = "/v1/messages"
-    upstream_path = "/messages"
     providers = frozenset({"anthropic", "simulator"})
     limit_field = "max_tokens"
     required_limit = True
 
-    def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
-        body = parse_object(raw)
-        require_model(body)
+    def check(self, body: dict[str, Any], tools_allowed: frozenset[str]) -> None:
         if self.required_limit and body.get("max_tokens") is None:
             raise invalid("max_tokens: Field required", "max_tokens")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise invalid("'messages' must be a non-empty list", "messages")
-        refuse_fields(body, MODEL_SWITCH_FIELDS, SWITCH_WHY)
         if body.get("mcp_servers"):
-            refuse_tools([{"type": "mcp"}], lambda tool: "mcp", tools_allowed)
+            base.refuse_tools([{"type": "mcp"}], lambda tool: "mcp", tools_allowed)
         if body.get("container") is not None and "code_execution" not in tools_allowed:
             raise invalid("'container' is not accepted: code execution is not allowed", "container")
-        within_bounds(body, MESSAGES_BOUNDS)
+        base.within_bounds(body, MESSAGES_BOUNDS)
         thinking = body.get("thinking")
         if isinstance(thinking, dict):
-            within_bounds(thinking, (Bound("budget_tokens", 1, MAX_OUTPUT_TOKENS),))
-        refuse_tools(body.get("tools"), _tool_kind, tools_allowed)
-        return body
+            base.within_bounds(thinking, (Bound("budget_tokens", 1, MAX_OUTPUT_TOKENS),))
+        base.refuse_tools(body.get("tools"), _tool_kind, tools_allowed)
 
     def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
         limit = body.get("max_tokens")
-        return Rewritten(dump({**body, "model": model}), None, limit if limit else 0)
+        return Rewritten(base.dump({**body, "model": model}), None, limit if limit else 0)
 
     def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
         return anthropic_usage(answer.get("usage"))
@@ -173,7 +155,6 @@ class CountTokensFormat(MessagesFormat):
 
     name = "count_tokens"
     path = "/v1/messages/count_tokens"
-    upstream_path = "/messages/count_tokens"
     metered = False
     required_limit = False
     stream_field = None
@@ -182,7 +163,7 @@ class CountTokensFormat(MessagesFormat):
         return TokenUsage()
 
     def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
-        return Rewritten(dump({**body, "model": model}), None, 0)
+        return Rewritten(base.dump({**body, "model": model}), None, 0)
 
 
 class MessagesPump(SsePump):
@@ -229,7 +210,7 @@ class MessagesPump(SsePump):
                 raise UsageError("message_delta without usage, or before message_start")
             merged = {**self._start, **{k: v for k, v in delta.items() if v is not None}}
             for key in INPUT_KEYS:
-                if count(merged, key) < count(self._start, key):
+                if base.count(merged, key) < base.count(self._start, key):
                     raise UsageError(f"message_delta {key} is below message_start's")
             self.usage = anthropic_usage(merged)
         elif name == "message_stop":

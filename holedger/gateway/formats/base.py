@@ -82,7 +82,30 @@ def check_total(block: dict[str, Any], key: str, usage: TokenUsage) -> TokenUsag
     return usage
 
 
+def counted_usage(
+    block: Any, inp: str, out: str, *, out_required: bool = False
+) -> TokenUsage | None:
+    """An OpenAI usage block (chat, embeddings: prompt/completion; Responses: input/output):
+    ``{inp}`` with ``{inp}_details.cached_tokens``, ``{out}`` with
+    ``{out}_details.reasoning_tokens``, and ``total_tokens``; None when there is none."""
+    if not isinstance(block, dict):
+        return None
+    usage = usage_of(
+        count(block, inp, required=True),
+        count(block, out, required=out_required),
+        cached=count(details(block, f"{inp}_details"), "cached_tokens"),
+        reasoning=count(details(block, f"{out}_details"), "reasoning_tokens"),
+    )
+    return check_total(block, "total_tokens", usage)
+
+
 # ---------------------------------------------------------------------------- requests
+
+# The providers that speak OpenAI's wire formats.
+OPENAI_PROVIDERS = frozenset({"openai", "openai-compatible", "simulator"})
+# Request fields with which an OpenAI-compatible router or proxy picks other models
+# (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
+MODEL_SWITCH_FIELDS = ("models", "fallbacks")
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
@@ -105,6 +128,16 @@ def require_model(body: dict[str, Any]) -> str:
         # JSON can spell a lone surrogate ("\ud800"), which no event can hold as text.
         raise invalid("'model' must be text (it holds a lone surrogate escape)", "model")
     return model
+
+
+def open_request(raw: bytes) -> dict[str, Any]:
+    """What every format's ``parse`` begins with: a JSON object naming exactly one model,
+    and no field with which an upstream would serve another one (the allow-list never
+    saw it)."""
+    body = parse_object(raw)
+    require_model(body)
+    refuse_fields(body, MODEL_SWITCH_FIELDS, "name exactly one model in 'model'")
+    return body
 
 
 def within_bounds(body: dict[str, Any], bounds: tuple[Bound, ...]) -> None:
@@ -194,13 +227,24 @@ class WireFormat:
 
     name: ClassVar[str]  # recorded in GatewayCall.format
     path: ClassVar[str]  # the gateway's path, e.g. /v1/responses
-    upstream_path: ClassVar[str]  # under the upstream's base URL (which ends in /v1)
     providers: ClassVar[frozenset[str]]  # upstream providers that speak it
     limit_field: ClassVar[str]  # the request's output limit, named in budget refusals
     metered: ClassVar[bool] = True  # holds a reservation (False: answers cost no tokens)
     stream_field: ClassVar[str | None] = "stream"
 
+    @property
+    def upstream_path(self) -> str:
+        """The path under the upstream's base URL (which ends in /v1)."""
+        return self.path.removeprefix("/v1")
+
     def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
+        """The request, checked (``open_request``, then the format's own ``check``)."""
+        body = open_request(raw)
+        self.check(body, tools_allowed)
+        return body
+
+    def check(self, body: dict[str, Any], tools_allowed: frozenset[str]) -> None:
+        """Refuse (a Denial) a request this format will not forward as it is."""
         raise NotImplementedError
 
     def streams(self, body: dict[str, Any]) -> bool:

@@ -12,41 +12,15 @@ import json
 from typing import Any
 
 from holedger.gateway.denial import invalid
-from holedger.gateway.formats.base import (
-    Limits,
-    Rewritten,
-    SsePump,
-    UsageError,
-    WireFormat,
-    check_total,
-    count,
-    details,
-    dump,
-    parse_object,
-    refuse_fields,
-    require_model,
-    usage_of,
-    within_bounds,
-)
+from holedger.gateway.formats import base
+from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import CHAT_BOUNDS
 from holedger.schemas.events import TokenUsage
-
-# Request fields with which an OpenAI-compatible router or proxy picks other models
-# (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
-MODEL_SWITCH_FIELDS = ("models", "fallbacks")
-SWITCH_WHY = "name exactly one model in 'model'"
 
 
 def openai_usage(block: Any) -> TokenUsage | None:
     """Chat Completions or embeddings usage (prompt_tokens, completion_tokens)."""
-    if not isinstance(block, dict):
-        return None
-    inp = count(block, "prompt_tokens", required=True)
-    out = count(block, "completion_tokens")
-    cached = count(details(block, "prompt_tokens_details"), "cached_tokens")
-    reasoning = count(details(block, "completion_tokens_details"), "reasoning_tokens")
-    usage = usage_of(inp, out, cached=cached, reasoning=reasoning)
-    return check_total(block, "total_tokens", usage)
+    return base.counted_usage(block, "prompt_tokens", "completion_tokens")
 
 
 def requested_max_tokens(body: dict[str, Any]) -> int | None:
@@ -59,23 +33,18 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
 
 
 class ChatFormat(WireFormat):
+    """Chat Completions: the reservation reads ``n`` and both output limits."""
+
     name = "chat"
     path = "/v1/chat/completions"
-    upstream_path = "/chat/completions"
-    providers = frozenset({"openai", "openai-compatible", "simulator"})
+    providers = base.OPENAI_PROVIDERS
     limit_field = "max_tokens"
 
-    def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
-        body = parse_object(raw)
-        require_model(body)
+    def check(self, body: dict[str, Any], tools_allowed: frozenset[str]) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise invalid("'messages' must be a non-empty list", "messages")
-        # Some upstreams (routers, proxies) serve another model named here, which the
-        # allow-list never saw.
-        refuse_fields(body, MODEL_SWITCH_FIELDS, SWITCH_WHY)
-        within_bounds(body, CHAT_BOUNDS)
-        return body
+        base.within_bounds(body, CHAT_BOUNDS)
 
     def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
         out = dict(body)
@@ -95,7 +64,7 @@ class ChatFormat(WireFormat):
             out["stream_options"] = options
         n = body.get("n", 1)
         choices = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
-        return Rewritten(dump(out), imposed, asked or limits.default_max_tokens, choices)
+        return Rewritten(base.dump(out), imposed, asked or limits.default_max_tokens, choices)
 
     def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
         return openai_usage(answer.get("usage"))

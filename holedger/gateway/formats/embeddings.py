@@ -10,44 +10,32 @@ from __future__ import annotations
 from typing import Any
 
 from holedger.gateway.denial import invalid
-from holedger.gateway.formats.base import (
-    Limits,
-    Rewritten,
-    SsePump,
-    WireFormat,
-    dump,
-    parse_object,
-    refuse_fields,
-    require_model,
-    within_bounds,
-)
-from holedger.gateway.formats.chat import MODEL_SWITCH_FIELDS, SWITCH_WHY, openai_usage
+from holedger.gateway.formats import base
+from holedger.gateway.formats.base import Limits, Rewritten, SsePump, WireFormat
+from holedger.gateway.formats.chat import openai_usage
 from holedger.gateway.limits import Bound
 from holedger.schemas.events import TokenUsage
 
 
 class EmbeddingsFormat(WireFormat):
+    """Embeddings: input only, never streamed."""
+
     name = "embeddings"
     path = "/v1/embeddings"
-    upstream_path = "/embeddings"
-    providers = frozenset({"openai", "openai-compatible", "simulator"})
+    providers = base.OPENAI_PROVIDERS
     limit_field = "input"
     stream_field = None
 
-    def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
-        body = parse_object(raw)
-        require_model(body)
+    def check(self, body: dict[str, Any], tools_allowed: frozenset[str]) -> None:
         value = body.get("input")
         if not isinstance(value, str | list) or (isinstance(value, list) and not value):
             raise invalid("'input' must be text or a non-empty list", "input")
-        refuse_fields(body, MODEL_SWITCH_FIELDS, SWITCH_WHY)
-        within_bounds(body, (Bound("dimensions", 1, 65536),))
+        base.within_bounds(body, (Bound("dimensions", 1, 65536),))
         if body.get("stream"):
             raise invalid("embeddings are not streamed", "stream")
-        return body
 
     def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
-        return Rewritten(dump({**body, "model": model}), None, 0)
+        return Rewritten(base.dump({**body, "model": model}), None, 0)
 
     def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
         return openai_usage(answer.get("usage"))

@@ -20,24 +20,8 @@ import json
 from typing import Any
 
 from holedger.gateway.denial import invalid
-from holedger.gateway.formats.base import (
-    Limits,
-    Rewritten,
-    SsePump,
-    UsageError,
-    WireFormat,
-    check_total,
-    count,
-    details,
-    dump,
-    parse_object,
-    refuse_fields,
-    refuse_tools,
-    require_model,
-    usage_of,
-    within_bounds,
-)
-from holedger.gateway.formats.chat import MODEL_SWITCH_FIELDS, SWITCH_WHY
+from holedger.gateway.formats import base
+from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import MAX_OUTPUT_TOKENS, Bound
 from holedger.schemas.events import TokenUsage
 
@@ -58,15 +42,7 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "respo
 
 
 def responses_usage(block: Any) -> TokenUsage | None:
-    if not isinstance(block, dict):
-        return None
-    inp = count(block, "input_tokens", required=True)
-    out = count(block, "output_tokens", required=True)
-    in_details = details(block, "input_tokens_details")
-    cached = count(in_details, "cached_tokens")
-    reasoning = count(details(block, "output_tokens_details"), "reasoning_tokens")
-    usage = usage_of(inp, out, cached=cached, reasoning=reasoning)
-    return check_total(block, "total_tokens", usage)
+    return base.counted_usage(block, "input_tokens", "output_tokens", out_required=True)
 
 
 def _tool_kind(tool: dict[str, Any]) -> str | None:
@@ -77,21 +53,19 @@ def _tool_kind(tool: dict[str, Any]) -> str | None:
 
 
 class ResponsesFormat(WireFormat):
+    """The Responses API: the whole context must be in the request."""
+
     name = "responses"
     path = "/v1/responses"
-    upstream_path = "/responses"
-    providers = frozenset({"openai", "openai-compatible", "simulator"})
+    providers = base.OPENAI_PROVIDERS
     limit_field = "max_output_tokens"
 
-    def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
-        body = parse_object(raw)
-        require_model(body)
+    def check(self, body: dict[str, Any], tools_allowed: frozenset[str]) -> None:
         if "input" not in body or body["input"] is None:
             raise invalid("'input' is required", "input")
         if not isinstance(body["input"], str | list):
             raise invalid("'input' must be text or a list of items", "input")
-        refuse_fields(body, MODEL_SWITCH_FIELDS, SWITCH_WHY)
-        refuse_fields(
+        base.refuse_fields(
             body,
             SERVER_CONTEXT_FIELDS,
             "it brings in context the request does not hold, which the gateway cannot "
@@ -101,9 +75,8 @@ class ResponsesFormat(WireFormat):
             raise invalid(
                 "'background' is not accepted: the call must end with its answer", "background"
             )
-        within_bounds(body, RESPONSES_BOUNDS)
-        refuse_tools(body.get("tools"), _tool_kind, tools_allowed)
-        return body
+        base.within_bounds(body, RESPONSES_BOUNDS)
+        base.refuse_tools(body.get("tools"), _tool_kind, tools_allowed)
 
     def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
         out = dict(body)
@@ -112,7 +85,7 @@ class ResponsesFormat(WireFormat):
         imposed = None
         if asked is None:
             out["max_output_tokens"] = imposed = limits.default_max_tokens
-        return Rewritten(dump(out), imposed, asked or limits.default_max_tokens)
+        return Rewritten(base.dump(out), imposed, asked or limits.default_max_tokens)
 
     def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
         return responses_usage(answer.get("usage"))
