@@ -367,13 +367,16 @@ def test_a_call_granted_room_after_its_token_died_is_not_forwarded(
     # The token dies while the call waits (revoked elsewhere, no close_trial); room then
     # comes free and is handed to the call, which must still be refused, not forwarded.
     env, gate = gated
-    tokens = [env.trial_token(f"t{i}") for i in range(4)] + [env.trial_token("late")]
-    thread, out = in_background(lambda: fire(env, tokens))
+    # The late call is sent once the room is full, so it is the one that waits.
+    first, _ = in_background(lambda: fire(env, [env.trial_token(f"t{i}") for i in range(4)]))
+    until(lambda: env.gateway.room.owed == 4, "the room is full")
+    thread, out = in_background(lambda: fire(env, [env.trial_token("late")]))
     until(lambda: env.gateway.room.waiting == 1, "the fifth call waits")
     env.tokens.revoke_trial(env.run_id, "late")
     gate.opened.set()
+    first.join(60)
     thread.join(60)
-    late = out[0][-1]
+    [late] = out[0]
     assert late.status_code == 403 and late.json()["error"]["code"] == "token_revoked"
     assert len(upstream.bodies) == 4
     [call] = [c for c in env.calls() if c.trial_id == "late"]
