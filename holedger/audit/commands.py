@@ -61,9 +61,11 @@ def _context(ctx: click.Context, key_path: str | None) -> Iterator[Any]:
             )
         auditor = SigningKey.load(path)
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
+    audit = AuditContext(cfg, ledger, AuditLog(ledger.app.engine), auditor)  # type: ignore[arg-type]
     try:
-        yield AuditContext(cfg, ledger, AuditLog(ledger.app.engine), auditor)  # type: ignore[arg-type]
+        yield audit
     finally:
+        audit.close()
         ledger.close()
 
 

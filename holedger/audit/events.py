@@ -44,7 +44,9 @@ class ControlEvaluated(Model):
     """The trusted server's word (role ``server``): it evaluated ``candidate`` for this
     audit in control run ``control_run_id`` (request ``request_id``), outside any
     optimizer's budget and shown to no optimizer; ``scores_digest`` pins the per-trial
-    scores (SHA-256 of the canonical list of [case, attempt, score])."""
+    scores (SHA-256 of the canonical list of [case, attempt, score]). ``run_seq`` is the
+    seq of the same statement (AuditControlEvaluated) in the audited run's own stream,
+    after its RunClosed."""
 
     audit_id: str = Field(pattern=RUN_ID_PATTERN)
     harness: Harness
@@ -56,6 +58,7 @@ class ControlEvaluated(Model):
     case_ids: list[str]
     attempts: int = Field(ge=1)
     scores_digest: Sha256Hex
+    run_seq: int = Field(ge=1)
     disclosed: Literal[False] = False
 
 

@@ -7,7 +7,6 @@ same way, so every number replay recomputes comes from here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 from holedger.audit.detectors import TrialFacts
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.records import Record
-from holedger.schemas.canonical import canonical_json
+from holedger.protocol.runs import control_scores_digest
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,9 @@ class RunFacts:
     closed_seq: int | None = None
     checkpoints: dict[int, str] = field(default_factory=dict)  # size -> root hex
     leaves: list[bytes] = field(default_factory=list)
+    # seq -> payload of each AuditControlEvaluated, the server's record of a control
+    # evaluation made for an audit (after RunClosed, in a sound log)
+    controls: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def search_trials(self, candidate: str) -> list[Trial]:
         return [t for t in self.trials if t.candidate == candidate and t.split in ("dev", "val")]
@@ -109,6 +111,8 @@ def read_run(run_id: str, records: Iterable[Record]) -> RunFacts:
             facts.closed_seq = rec.seq
         elif rec.type == "Checkpoint":
             facts.checkpoints[int(p["size"])] = str(p["root"])
+        elif rec.type == "AuditControlEvaluated":
+            facts.controls[rec.seq] = dict(p)
     return facts
 
 
@@ -133,8 +137,7 @@ def mean_per_case(trials: Sequence[Trial], attr: str) -> Fraction:
 
 def scores_digest(trials: Sequence[Trial]) -> str:
     """What ControlEvaluated pins: SHA-256 of the canonical [case, attempt, score] list."""
-    rows = sorted([t.case_id, t.attempt, str(t.score)] for t in trials)
-    return hashlib.sha256(canonical_json(rows)).hexdigest()
+    return control_scores_digest((t.case_id, t.attempt, t.score) for t in trials)
 
 
 def answer_of(blob: bytes | None) -> Any | None:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from holedger.audit import compute, detectors, stats
-from holedger.audit.control import ControlRun
+from holedger.audit.control import Controls
 from holedger.audit.events import (
     AuditOpened,
     AuditRole,
@@ -38,6 +38,7 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import PublicKeyInfo
 from holedger.server.candidates import CandidateRepo
+from holedger.server.controls import ControlRun
 from holedger.server.service import RunConfig
 from holedger.server.taskview import ServerTask, load_server_task
 
@@ -57,6 +58,21 @@ class AuditContext:
     gateway: Any = "auto"
     server_key: SigningKey | None = None
     notes: list[str] = field(default_factory=list)
+    server_ledger: Ledger | None = None
+
+    def writer(self, server: SigningKey) -> Ledger:
+        """The ledger opened with the run's server key, which signs control evaluations
+        (and the control runs): this context's own when it holds that key."""
+        if self.ledger.signers["server"].key_id_hex == server.key_id_hex:
+            return self.ledger
+        if self.server_ledger is None:
+            self.server_ledger = Ledger.open(self.settings.ledger_url, server, create_tables=False)
+        return self.server_ledger
+
+    def close(self) -> None:
+        if self.server_ledger is not None:
+            self.server_ledger.close()
+            self.server_ledger = None
 
     def server(self, run: RunFacts) -> SigningKey:
         key = self.server_key or SigningKey.load(self.settings.key_path)
@@ -224,19 +240,30 @@ def answers_for(ledger: Ledger, trials: Sequence[Trial]) -> dict[str, Any]:
     }
 
 
-def _evaluate_all(
-    control: ControlRun,
-    harness: str,
-    candidate: str,
-    cases: dict[str, list[str]],
-    attempts: int,
-) -> tuple[list[ControlEvaluated], list[Trial]]:
-    statements, trials = [], []
-    for split, ids in cases.items():
-        statement, got = control.evaluate(harness, candidate, split, ids, attempts)  # type: ignore[arg-type]
-        statements.append(statement)
-        trials += got
-    return statements, trials
+def _controls(
+    ctx: AuditContext,
+    state: AuditState,
+    task: ServerTask,
+    backend: str | None,
+    server: SigningKey,
+) -> Controls:
+    """The audit step's control evaluations, its control run opened on first use."""
+    run_id = state.opened.run_id
+    writer = ctx.writer(server)
+    return Controls(
+        writer,
+        run_id,
+        lambda: ControlRun(
+            ctx.settings,
+            writer,
+            task,
+            audit_id=state.audit_id,
+            auditor_key_id=state.opened.auditor_key.key_id,
+            run_id=run_id,
+            backend=backend,
+            gateway=ctx.gateway,
+        ),
+    )
 
 
 def run_hda(
@@ -261,28 +288,11 @@ def run_hda(
     attempts = compute.attempts_of(hhat_trials)
     h0_trials = compute.on_cases(run.search_trials(run.seed_commit), cases)
     items: list[Item] = []
-    control: ControlRun | None = None
-
-    def control_run() -> ControlRun:
-        nonlocal control
-        if control is None:
-            control = ControlRun(
-                ctx.settings,
-                ctx.ledger,
-                task,
-                audit_id=state.audit_id,
-                run_id=run_id,
-                backend=backend,
-                gateway=ctx.gateway,
-            )
-        return control
-
+    controls = _controls(ctx, state, task, backend, server)
     try:
         lacking = compute.missing(h0_trials, cases)
         if lacking:
-            made, got = _evaluate_all(control_run(), "H0", run.seed_commit, lacking, attempts)
-            items += [("ControlEvaluated", s, "server") for s in made]
-            h0_trials += got
+            h0_trials += controls.evaluate("H0", run.seed_commit, lacking, attempts)
         result = compute.gate(
             hhat_trials, h0_trials, resamples=resamples, seed=seed, alpha=stats.DEFAULT_ALPHA
         )
@@ -307,14 +317,11 @@ def run_hda(
                     "auditor",
                 )
             )
-            return _append(ctx, state, items, server)
+            return _append(ctx, state, items, server, controls)
         factor = compute.scale(hhat_trials, h0_trials)
         all_cases = [c for ids in cases.values() for c in ids]
         if factor.k > 1:
-            made, scaled = _evaluate_all(
-                control_run(), "H0scale", run.seed_commit, cases, factor.k * attempts
-            )
-            items += [("ControlEvaluated", s, "server") for s in made]
+            scaled = controls.evaluate("H0scale", run.seed_commit, cases, factor.k * attempts)
             s_scaled = compute.s_scaled(
                 scaled, answers_for(ctx.ledger, scaled), all_cases, factor.k, aggregator
             )
@@ -361,9 +368,8 @@ def run_hda(
                 )
             )
     finally:
-        if control is not None:
-            control.close()
-    return _append(ctx, state, items, server)
+        controls.close()
+    return _append(ctx, state, items, server, controls)
 
 
 def _detect(
@@ -422,9 +428,16 @@ def _decomposed(
 
 
 def _append(
-    ctx: AuditContext, state: AuditState, items: list[Item], server: SigningKey
+    ctx: AuditContext,
+    state: AuditState,
+    items: list[Item],
+    server: SigningKey,
+    controls: Controls | None = None,
 ) -> AuditState:
-    ctx.log.append(state.audit_id, items, {"auditor": ctx.auditor, "server": server})
+    """Record the step's control evaluations in the audited run (after its RunClosed),
+    then the step's events, led by the ControlEvaluated naming them, in the audit."""
+    made: list[Item] = list(controls.record()) if controls is not None else []
+    ctx.log.append(state.audit_id, made + items, {"auditor": ctx.auditor, "server": server})
     return read_audit(ctx.log, state.audit_id)
 
 
@@ -478,18 +491,11 @@ def neutralize(
     task, backend = _loaded_task(ctx, run_id)
     cases = compute.search_set(run, hhat)
     attempts = int(state.gate.sources.get("attempts", "1"))
-    control = ControlRun(
-        ctx.settings,
-        ctx.ledger,
-        task,
-        audit_id=state.audit_id,
-        run_id=run_id,
-        backend=backend,
-        gateway=ctx.gateway,
-    )
+    controls = _controls(ctx, state, task, backend, server)
     items: list[Item] = []
     try:
-        control.commit_chain(ctx.settings.run_repo(run_id), run, hhat)
+        control = controls.run()
+        control.commit_chain(ctx.settings.run_repo(run_id), run.parents, run.seed_commit, hhat)
         committed = control.commit_files(source, hhat)
         if committed.parent != hhat:
             raise UsageError(f"the neutralized commit's parent is {committed.parent}, not H^")
@@ -509,10 +515,9 @@ def neutralize(
                 "auditor",
             )
         )
-        made, got = _evaluate_all(control, "Hneutral", committed.candidate, cases, attempts)
-        items += [("ControlEvaluated", s, "server") for s in made]
+        got = controls.evaluate("Hneutral", committed.candidate, cases, attempts)
     finally:
-        control.close()
+        controls.close()
     all_cases = [c for ids in cases.values() for c in ids]
     gate = _gate_of(state)
     s_neutral = compute.s_of(got, all_cases)
@@ -520,7 +525,7 @@ def neutralize(
     items.append(
         ("Decomposed", _decomposed(run, gate, s_scaled, s_neutral, cases, task), "auditor")
     )
-    return _append(ctx, state, items, server), diff
+    return _append(ctx, state, items, server, controls), diff
 
 
 def _gate_of(state: AuditState) -> stats.GateResult:

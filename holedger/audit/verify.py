@@ -9,9 +9,12 @@ Checks (each named in the report; a failure names the check and the event):
 * ``audit_binding``: the run exists, has the bound checkpoint (size and root), is closed
   within it, and its server key is the one the audit names; the auditor key is not it;
 * ``run_verified``: the audited run replays;
-* ``controls_signed``: each control evaluation's run replays, names this audit and run,
+* ``controls_signed``: each control evaluation is recorded, the same, in the audited
+  run's stream (AuditControlEvaluated at ``run_seq``), and every one recorded there for
+  this audit is named by the audit; its control run replays, names this audit and run,
   has the stated checkpoint and request, and its trials' scores are the stated digest;
-* ``controls_undisclosed``: no control evaluation is a request of the audited run (whose
+* ``controls_undisclosed``: no control evaluation is recorded in the audited run before
+  its RunClosed (the optimizer could be shown it), is a request of the audited run (whose
   projections the optimizer saw), nor is run in the audited run;
 * ``gate``, ``scale``, ``findings``, ``neutral``, ``decomposition``: recomputed and equal
   to what the audit recorded (``findings`` needs the task at hand, else it is skipped).
@@ -25,7 +28,6 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.audit import compute, stats
-from holedger.audit.control import control_label
 from holedger.audit.facts import RunFacts, Trial, read_run, scores_digest
 from holedger.audit.hda import (
     AuditState,
@@ -42,6 +44,7 @@ from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
 from holedger.replay.report import counted
 from holedger.server.candidates import CandidateRepo
+from holedger.server.controls import control_label
 
 CHECKS = (
     "audit_integrity",
@@ -187,6 +190,7 @@ def _controls(
     trials: dict[str, list[Trial]] = {}
     problems: list[str] = []
     runs: dict[str, RunFacts] = {}
+    problems += _recorded_in_run(state, run)
     for control in state.controls:
         cid = control.control_run_id
         where = f"control {control.request_id} ({control.harness})"
@@ -198,6 +202,8 @@ def _controls(
             if replay_runs:
                 problems += _replay(ledger, cid, trusted)
         facts = runs[cid]
+        if facts.server_key != run.server_key:
+            problems.append(f"{where}: control run {cid} is not signed by the run's server key")
         if facts.optimizer != control_label(state.audit_id, run.run_id):
             problems.append(f"{where}: control run {cid} does not name this audit and run")
         cp = control.control_checkpoint
@@ -219,9 +225,52 @@ def _controls(
     return trials, problems
 
 
+def _recorded_in_run(state: AuditState, run: RunFacts) -> list[str]:
+    """Each control evaluation of the audit is the server's AuditControlEvaluated at its
+    ``run_seq`` in the audited run, and the run records none for this audit besides."""
+    problems = []
+    for c in state.controls:
+        recorded = run.controls.get(c.run_seq)
+        same = recorded is not None and {
+            "audit_id": recorded.get("audit_id"),
+            "harness": recorded.get("harness"),
+            "candidate": recorded.get("candidate"),
+            "control_run_id": recorded.get("control_run_id"),
+            "control_checkpoint": {
+                "size": recorded.get("control_size"),
+                "root": recorded.get("control_root"),
+            },
+            "request_id": recorded.get("request_id"),
+            "split": recorded.get("split"),
+            "case_ids": recorded.get("case_ids"),
+            "attempts": recorded.get("attempts"),
+            "scores_digest": recorded.get("scores_digest"),
+        } == c.model_dump(mode="json", exclude={"run_seq", "disclosed"})
+        if not same:
+            problems.append(
+                f"control {c.request_id} ({c.harness}): the audited run records no such "
+                f"control evaluation for this audit at seq {c.run_seq}"
+            )
+    named = {c.run_seq for c in state.controls}
+    problems += [
+        f"the audited run records a control evaluation for this audit at seq {seq} that "
+        "the audit does not name"
+        for seq, p in sorted(run.controls.items())
+        if p.get("audit_id") == state.audit_id and seq not in named
+    ]
+    return problems
+
+
 def _undisclosed(state: AuditState, run: RunFacts) -> list[str]:
     shown = run.requests | run.projected
-    return [
+    closed = run.closed_seq if run.closed_seq is not None else float("inf")
+    problems = [
+        f"control {c.request_id} ({c.harness}) is recorded in the audited run at seq "
+        f"{c.run_seq}, before its RunClosed: the optimizer could be shown it"
+        for c in state.controls
+        if c.run_seq < closed
+    ]
+    return problems + [
         f"control {c.request_id} ({c.harness}) is a request of the audited run: the "
         "optimizer was shown it"
         for c in state.controls

@@ -14,6 +14,10 @@
 4. appends RunClosed and its Checkpoint. The ledger refuses any event after it
    (RunClosedError), whoever writes, so a call still in flight anywhere is recorded
    before RunClosed or not at all.
+
+The one exception (``admit``): a batch of server-signed AuditControlEvaluated events, the
+server's record of control evaluations made for an audit of the closed run, followed by
+a Checkpoint; such an event is refused in an open run (docs/AUDITS.md).
 """
 
 from __future__ import annotations
@@ -24,10 +28,15 @@ import socket
 import time
 import uuid
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
+
+from holedger.errors import RunClosedError, UsageError
+from holedger.schemas.events import AFTER_CLOSE_TYPES
 
 # A gateway's token cache keeps a claim at most this long (TokenRegistry.cache_ttl_s).
 CLOSE_VISIBLE_WITHIN_S = 2.0
@@ -134,3 +143,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def admit(run_id: str, closed: bool, items: Sequence[tuple[str, Any, str]]) -> bool:
+    """Whether a batch for run ``run_id`` is an after-close batch (server-signed events of
+    AFTER_CLOSE_TYPES only, the writer then adds a Checkpoint); raises RunClosedError for
+    anything else after RunClosed, and UsageError for such an event in an open run."""
+    after = all(etype in AFTER_CLOSE_TYPES and role == "server" for etype, _, role in items)
+    if closed and not after:
+        raise RunClosedError(
+            f"run {run_id} is closed: nothing more is recorded in it", hint="open a new run"
+        )
+    if not closed and any(etype in AFTER_CLOSE_TYPES for etype, _, _ in items):
+        raise UsageError(
+            f"run {run_id} is open: an audit's control evaluations are recorded only after "
+            "RunClosed",
+            hint="audit the run once it is closed",
+        )
+    return after

@@ -280,13 +280,10 @@ class Ledger:
                     f"run {run_id} is at seq {head.next_seq}, not {expected_seq}",
                     hint="re-read the run and decide again",
                 )
-            if head.closed:
-                # Nothing follows RunClosed and its Checkpoint, whoever writes: a writer
-                # whose cached head predates the close loses the seq race above or here.
-                raise RunClosedError(
-                    f"run {run_id} is closed: nothing more is recorded in it",
-                    hint="open a new run",
-                )
+            # Nothing follows RunClosed and its Checkpoint, whoever writes (a writer whose
+            # cached head predates the close loses the seq race above or here), but for
+            # the server's record of an audit's control evaluations.
+            after_close = closing.admit(run_id, head.closed, items)
             new_head = _Head(
                 head.next_seq, head.last_hash, head.frontier.copy(), head.since_checkpoint
             )
@@ -301,6 +298,8 @@ class Ledger:
                     and new_head.since_checkpoint >= self.checkpoint_interval
                 ):
                     self._stage_checkpoint(run_id, rid, new_head, pending)
+            if after_close and new_head.since_checkpoint:  # a closed run ends with a Checkpoint
+                self._stage_checkpoint(run_id, rid, new_head, pending)
             try:
                 records: list[Record] = self.app.events.put(  # type: ignore[assignment]
                     pending, blobs=blob_table_rows
@@ -316,7 +315,9 @@ class Ledger:
                 # caller's retry re-reads the run from the database.
                 self._heads.pop(run_id, None)
                 raise
-            new_head.closed = any(event_type == "RunClosed" for event_type, _, _ in items)
+            new_head.closed = head.closed or any(
+                event_type == "RunClosed" for event_type, _, _ in items
+            )
             self._heads[run_id] = new_head
             return list(records)
 

@@ -1,11 +1,16 @@
-"""Run ids and the checkpoint origin of a run, as events spell them."""
+"""Run ids and the checkpoint origin of a run, as events spell them; the digest an audit's
+control evaluation pins of its trials' scores."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
+from collections.abc import Iterable
+from fractions import Fraction
 
 from holedger.errors import UsageError
+from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import RUN_ID_PATTERN
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -52,3 +57,10 @@ def checked_run_prefix(prefix: str) -> str:
 def origin_of(run_id: str) -> str:
     """The origin line of a run's tlog checkpoints (C2SP tlog-checkpoint)."""
     return f"holedger/run/{run_id}"
+
+
+def control_scores_digest(rows: Iterable[tuple[str, int, Fraction]]) -> str:
+    """What an audit's control evaluation pins of its trials: the SHA-256 of the canonical
+    JSON of the sorted [case id, attempt, score as p/q] rows."""
+    listed = sorted([case, attempt, str(Fraction(score))] for case, attempt, score in rows)
+    return hashlib.sha256(canonical_json(listed)).hexdigest()

@@ -35,8 +35,12 @@ from holedger.ledger.store import Ledger
 from holedger.protocol.runs import origin_of
 from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary
 from holedger.replay.report import ReplayReport, ReportBuilder
-from holedger.schemas.events import Checkpoint, Model, RunOpened
+from holedger.schemas.events import AFTER_CLOSE_TYPES, Checkpoint, Model, RunOpened
 from holedger.schemas.types import ZERO_HASH
+
+# What may follow RunClosed: checkpoints, and an audit's control evaluations (their form
+# is checked by replay/checks/audit_controls.py).
+AFTER_CLOSE = AFTER_CLOSE_TYPES | {"Checkpoint"}
 
 CHECKS = (
     ("records", "every record is canonical JSON with a valid envelope"),
@@ -166,7 +170,7 @@ class _Verifier:
         self.frontier.append(rec.leaf_hash)
         self.prev_hash = rec.event_hash
         self.expected_seq = seq + 1
-        if self.closed_at is not None and etype != "Checkpoint":
+        if self.closed_at is not None and etype not in AFTER_CLOSE:
             self.after_close.append((seq, etype))
         if etype == "RunClosed":
             if self.closed_at is not None:

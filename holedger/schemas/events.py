@@ -490,6 +490,47 @@ class RunClosed(Model):
     summary: dict[str, Any] = {}
 
 
+class ControlScore(Model):
+    """One trial of an audit's control evaluation: its id, case, attempt and score."""
+
+    trial_id: str
+    case_id: str
+    attempt: Count
+    score: Rational
+
+
+class AuditControlEvaluated(Model):
+    """The server's record, in the audited run's own stream and only after its RunClosed,
+    that it evaluated ``candidate`` for audit ``audit_id`` (signed by ``auditor_key_id``):
+    ``attempts`` on ``case_ids`` of ``split``, in request ``request_id`` of control run
+    ``control_run_id`` (whose tree had ``control_size`` events and root
+    ``control_root`` after it). Charged to no optimizer's budget (``budget``) and shown
+    to no optimizer (``disclosed_to``): the run's tokens died at its close, before it.
+    ``scores`` are the trials' scores; ``scores_digest`` the SHA-256 of their canonical
+    list of [case, attempt, score] (holedger.audit.facts.scores_digest)."""
+
+    audit_id: str = Field(pattern=RUN_ID_PATTERN)
+    auditor_key_id: KeyIdHex
+    harness: Literal["H0", "H0scale", "Hneutral"]
+    candidate: str
+    split: SearchSplit
+    case_ids: list[str]
+    attempts: PositiveCount
+    control_run_id: str = Field(pattern=RUN_ID_PATTERN)
+    control_size: PositiveCount
+    control_root: Sha256Hex
+    request_id: str
+    scores: list[ControlScore]
+    scores_digest: Sha256Hex
+    budget: Literal["outside"] = "outside"
+    disclosed_to: Literal["none"] = "none"
+
+
+# The only events a run takes after its RunClosed (each batch closed by a Checkpoint),
+# signed by the server: the optimizer's tokens died before them, so none was shown them.
+AFTER_CLOSE_TYPES = frozenset({"AuditControlEvaluated"})
+
+
 EVENT_TYPES: dict[str, type[Model]] = {
     "RunOpened": RunOpened,
     "CandidateCommitted": CandidateCommitted,
@@ -505,6 +546,7 @@ EVENT_TYPES: dict[str, type[Model]] = {
     "StepClosed": StepClosed,
     "InSituScored": InSituScored,
     "OptimizerRead": OptimizerRead,
+    "AuditControlEvaluated": AuditControlEvaluated,
 }
 
 _NAME = re.compile(r"^[A-Z][A-Za-z]+$")
@@ -517,6 +559,7 @@ def payload_model(event_type: str) -> type[Model]:
 
 
 __all__ = [
+    "AFTER_CLOSE_TYPES",
     "EVENT_TYPES",
     "SCHEMA_VERSION",
     "EventEnvelope",

@@ -80,7 +80,8 @@ class AuditedRun:
         )
 
 
-def _service(settings: Settings, ledger: Ledger) -> RunService:
+def service(settings: Settings, ledger: Ledger) -> RunService:
+    """The real server on the tiny task (process backend, no gateway)."""
     return RunService(
         settings, ledger, gateway=None, task_loader=load_server_task, default_backend="process"
     )
@@ -94,17 +95,17 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuditedRun]:
     task_dir = write_task_folder(root / "task")
     tag_hard_cases(task_dir)
     ledger = Ledger.from_settings(settings)
-    service = _service(settings, ledger)
+    server = service(settings, ledger)
     try:
-        opened = service.open_run(str(task_dir), optimizer="lookup-search")
+        opened = server.open_run(str(task_dir), optimizer="lookup-search")
         shortcut = shortcut_tree(task_dir / "seed", root / "shortcut")
-        nominee = service.commit_candidate(opened.run_id, shortcut).candidate
+        nominee = server.commit_candidate(opened.run_id, shortcut).candidate
         for cand in (opened.seed_commit, nominee):
-            service.evaluate(opened.run_id, cand, "dev", attempts=2)
-            service.evaluate(opened.run_id, cand, "val", attempts=1)
-        service.nominate(opened.run_id, nominee)
+            server.evaluate(opened.run_id, cand, "dev", attempts=2)
+            server.evaluate(opened.run_id, cand, "val", attempts=1)
+        server.nominate(opened.run_id, nominee)
     finally:
-        service.close()
+        server.close()
         ledger.close()
     auditor = SigningKey.generate("auditor-a")
     auditor_path = root / "auditor.key"

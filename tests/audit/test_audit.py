@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,11 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.store import Ledger
+from holedger.protocol.runs import control_scores_digest
+from holedger.replay.engine import replay_run
 from holedger.schemas.types import ZERO_HASH
 
-from .conftest import AuditedRun
+from .conftest import AuditedRun, service
 
 
 def run_cli(audited: AuditedRun, *args: str) -> Result:
@@ -106,17 +110,49 @@ def test_the_audit_verifies(finished: dict[str, Any]) -> None:
     assert {"gate", "scale", "findings", "neutral", "decomposition", "controls_signed"} <= names
 
 
-def test_control_evaluations_are_a_run_naming_the_audit_and_not_the_optimizers(
+def test_control_evaluations_are_recorded_in_the_audited_run_after_its_close(
     finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
 ) -> None:
+    from holedger.replay.engine import replay_run
+
     state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
     [*controls] = state.controls
     assert {c.harness for c in controls} == {"Hneutral"}
     for c in controls:
         opened = ledger.run_terms(c.control_run_id)
         assert opened.optimizer == f"hda-control audit={state.audit_id} run={audited.run_id}"
-    # the audited run's log did not change: still bound to its last checkpoint
-    assert ledger.last_record(audited.run_id).seq == state.opened.run_checkpoint.size
+    records = list(ledger.records(audited.run_id))
+    closed = next(r.seq for r in records if r.type == "RunClosed")
+    after = [
+        r
+        for r in records
+        if r.seq > closed + 1 and r.payload.get("audit_id", state.audit_id) == state.audit_id
+    ]
+    # one AuditControlEvaluated per control request (dev, val), server-signed, then a
+    # Checkpoint; the audit names each by its seq in the run
+    assert [r.type for r in after] == ["AuditControlEvaluated"] * 2 + ["Checkpoint"]
+    assert sorted(c.run_seq for c in controls) == [r.seq for r in after[:2]]
+    for rec, c in zip(after, sorted(controls, key=lambda c: c.run_seq), strict=False):
+        assert rec.role == "server" and rec.payload["audit_id"] == state.audit_id
+        assert rec.payload["budget"] == "outside" and rec.payload["disclosed_to"] == "none"
+        assert rec.payload["scores_digest"] == c.scores_digest
+        assert len(rec.payload["scores"]) == len(c.case_ids) * c.attempts
+    # the audit stays bound to the checkpoint right after RunClosed
+    assert state.opened.run_checkpoint.size == closed + 1
+    report = replay_run(ledger, audited.run_id)
+    assert report.verified, report.failures
+    section = report.sections["audit_controls"]
+    assert state.audit_id in section["audits"] and section["evaluations"] >= 2
+    # outside the optimizer's budget: the budget section counts the run's requests only
+    assert report.sections["budget_table"] == replay_budget_before(ledger, audited.run_id, closed)
+
+
+def replay_budget_before(ledger: Ledger, run_id: str, closed: int) -> Any:
+    """The budget section of the run's replay cut at its close (its final checkpoint)."""
+    from holedger.replay.engine import LedgerBlobs, verify_records
+
+    raws = [raw for seq, raw in ledger.raw_records(run_id) if seq <= closed + 1]
+    return verify_records(run_id, raws, LedgerBlobs(ledger)).sections["budget_table"]
 
 
 # ------------------------------------------------------------------ attacks
@@ -282,20 +318,74 @@ def test_a_resigned_control_score_fails_controls_signed(
     assert failed(audited, ledger, finished["audit_id"]) == []
 
 
+def test_a_resigned_control_score_in_the_audited_run_fails(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    key = SigningKey.load(audited.settings.key_path)
+    attacker = Attacker(audited.settings.ledger_url)
+    rows = attacker.rows(audited.run_id)
+    original = [r.state for r in rows]
+
+    def lower(rehash: bool) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+        def edit(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+            if etype != "AuditControlEvaluated" or payload["audit_id"] != finished["audit_id"]:
+                return payload
+            scores = [dict(s) for s in payload["scores"]]
+            scores[0]["score"] = "1" if scores[0]["score"] == "0" else "0"
+            payload = {**payload, "scores": scores}
+            if rehash:
+                payload["scores_digest"] = control_scores_digest(
+                    (s["case_id"], s["attempt"], Fraction(s["score"])) for s in scores
+                )
+            return payload
+
+        return edit
+
+    log = AuditLog(ledger.app.engine)
+    try:
+        # the score changed, its digest not: the run's own replay names it
+        for row, raw in zip(rows, resign_run(rows, key, edit=lower(False)), strict=True):
+            attacker.set_state(audited.run_id, row.version, raw)
+        fresh = Ledger.from_settings(audited.settings)
+        try:
+            assert replay_run(fresh, audited.run_id).failed_checks() == ["audit_controls"]
+        finally:
+            fresh.close()
+        # re-hashed too: the run replays, but no longer says what the audit's server
+        # statement and the control run's trials say
+        for row, raw in zip(rows, resign_run(rows, key, edit=lower(True)), strict=True):
+            attacker.set_state(audited.run_id, row.version, raw)
+        report = verify_audit(audited.settings, ledger, log, finished["audit_id"])
+        assert report.failed_checks() == ["controls_signed"], report.failures
+        assert "records no such control evaluation" in report.checks["controls_signed"][1]
+    finally:
+        for row, raw in zip(rows, original, strict=True):
+            attacker.set_state(audited.run_id, row.version, raw)
+        attacker.close()
+    assert verify_audit(audited.settings, ledger, log, finished["audit_id"]).verified
+
+
+def test_an_audit_naming_a_control_before_run_closed_fails_undisclosed(
+    copy_of: Any, finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
+    assert state.controls
+
+    def earlier(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "ControlEvaluated":
+            payload = {**payload, "run_seq": 3}
+        return payload
+
+    report = verify_audit(audited.settings, ledger, AuditLog(ledger.app.engine), copy_of(earlier))
+    assert "controls_undisclosed" in report.failed_checks()
+    assert "before its RunClosed" in report.checks["controls_undisclosed"][1]
+
+
 # ------------------------------------------------------------------ bad input
 
 
 def test_auditing_an_open_run_is_a_one_line_error(audited: AuditedRun, ledger: Ledger) -> None:
-    from holedger.server.service import RunService
-    from holedger.server.taskview import load_server_task
-
-    svc = RunService(
-        audited.settings,
-        ledger,
-        gateway=None,
-        task_loader=load_server_task,
-        default_backend="process",
-    )
+    svc = service(audited.settings, ledger)
     try:
         open_run = svc.open_run(str(audited.task_dir), optimizer="still-searching").run_id
     finally:
@@ -404,16 +494,7 @@ def test_replay_takes_an_audit_id_and_verifies_it(
 def test_a_gain_that_is_not_significant_is_not_decomposed(
     audited: AuditedRun, ledger: Ledger, tmp_path: Path
 ) -> None:
-    from holedger.server.service import RunService
-    from holedger.server.taskview import load_server_task
-
-    svc = RunService(
-        audited.settings,
-        ledger,
-        gateway=None,
-        task_loader=load_server_task,
-        default_backend="process",
-    )
+    svc = service(audited.settings, ledger)
     same = tmp_path / "same"
     shutil.copytree(audited.task_dir / "seed", same)
     main = same / "harness" / "__main__.py"

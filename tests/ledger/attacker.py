@@ -161,11 +161,13 @@ def resign_run(
     key: SigningKey,
     declare: dict[str, dict[str, str]] | None = None,
     edit: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    renumber: bool = False,
 ) -> list[bytes]:
     """Rewrite a whole run under ``key``: RunOpened declares it, every event is re-signed,
     re-chained and every checkpoint recomputed, so only a pinned key can tell.
     ``declare`` makes RunOpened declare other key entries for some roles; ``edit`` (event
-    type, payload) -> payload changes what the events say, as a key holder could."""
+    type, payload) -> payload changes what the events say, as a key holder could;
+    ``renumber`` gives the events seq 0, 1, ... in the order of ``rows`` (rows reordered)."""
     out: list[bytes] = []
     prev = ZERO_HASH
     frontier = MerkleFrontier()
@@ -174,7 +176,7 @@ def resign_run(
         "key_id": key.key_id_hex,
         "public_key": base64.b64encode(key.public.raw).decode(),
     }
-    for row in rows:
+    for index, row in enumerate(rows):
         rec = parse_record(row.state)
         payload = dict(rec.payload)
         if edit is not None:
@@ -188,7 +190,7 @@ def resign_run(
         forged = sign_event(
             key,
             run_id=rec.run_id,
-            seq=rec.seq,
+            seq=index if renumber else rec.seq,
             event_type=rec.type,
             role=rec.role,  # type: ignore[arg-type]
             prev_hash=prev,

@@ -33,3 +33,7 @@ CHECKS += [
 from holedger.replay.checks.gateway import GatewayFold  # noqa: E402
 
 CHECKS.append(GatewayFold)
+
+from holedger.replay.checks.audit_controls import AuditControlsFold  # noqa: E402
+
+CHECKS.append(AuditControlsFold)

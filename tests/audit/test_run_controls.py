@@ -1,0 +1,117 @@
+"""Control evaluations as the audited run records them: AuditControlEvaluated events after
+its RunClosed, server-signed, each batch closed by a Checkpoint. The writer refuses any
+other form; replay's ``audit_controls`` check and the audit's ``controls_signed`` and
+``controls_undisclosed`` name each attack on them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+
+import pytest
+from ledger.attacker import Attacker, resign_run
+
+from holedger.errors import RunClosedError, UsageError
+from holedger.ledger.fastpath import parse_record
+from holedger.ledger.keys import SigningKey
+from holedger.ledger.store import Ledger
+from holedger.protocol.runs import control_scores_digest
+from holedger.replay.engine import replay_run
+from holedger.schemas.events import AuditControlEvaluated, ControlScore
+
+from .conftest import AuditedRun, service
+
+AUDIT = "11111111-2222-4333-8444-555555555555"
+
+
+def statement(seed: str, run_id: str, scores: list[tuple[str, int, int]]) -> AuditControlEvaluated:
+    rows = [
+        ControlScore(trial_id=f"t{i}", case_id=c, attempt=a, score=Fraction(s))
+        for i, (c, a, s) in enumerate(scores)
+    ]
+    return AuditControlEvaluated(
+        audit_id=AUDIT,
+        auditor_key_id="0badc0de",
+        harness="H0",
+        candidate=seed,
+        split="dev",
+        case_ids=sorted({c for c, _, _ in scores}),
+        attempts=max(a for _, a, _ in scores) + 1,
+        control_run_id=run_id,
+        control_size=1,
+        control_root="0" * 64,
+        request_id="control-request",
+        scores=rows,
+        scores_digest=control_scores_digest((r.case_id, r.attempt, r.score) for r in rows),
+    )
+
+
+@pytest.fixture
+def small_run(audited: AuditedRun, ledger: Ledger) -> Iterator[tuple[str, str]]:
+    """A fresh run of the tiny task (no trial), open: (run id, seed commit)."""
+    svc = service(audited.settings, ledger)
+    try:
+        opened = svc.open_run(str(audited.task_dir), optimizer="controls-form", baseline=False)
+    finally:
+        svc.close()
+    yield opened.run_id, opened.seed_commit
+
+
+def test_the_writer_takes_control_evaluations_only_after_run_closed(
+    small_run: tuple[str, str], ledger: Ledger
+) -> None:
+    run_id, seed = small_run
+    made = statement(seed, run_id, [("dev-0", 0, 1), ("dev-1", 0, 0)])
+    with pytest.raises(UsageError, match="recorded only after RunClosed"):
+        ledger.append(run_id, "AuditControlEvaluated", made, "server")
+    ledger.close_run(run_id, reason="completed")
+    with pytest.raises(RunClosedError):  # anything else stays refused
+        ledger.append(run_id, "SafetyViolation", {"category": "timeout", "detail": "x"}, "server")
+    with pytest.raises(RunClosedError):  # and a control evaluation not signed by the server
+        ledger.append(run_id, "AuditControlEvaluated", made, "gateway")
+    written = ledger.append_many(run_id, [("AuditControlEvaluated", made, "server")])
+    assert [r.type for r in written] == ["AuditControlEvaluated", "Checkpoint"]
+    report = replay_run(ledger, run_id)
+    assert report.verified, report.failures
+    assert report.sections["audit_controls"] == {"evaluations": 1, "trials": 2, "audits": [AUDIT]}
+    assert [info.state for info in ledger.runs() if info.run_id == run_id] == ["closed"]
+
+
+def _swap_in(audited: AuditedRun, run_id: str, forged: list[bytes]) -> Callable[[], None]:
+    attacker = Attacker(audited.settings.ledger_url)
+    rows = attacker.rows(run_id)
+    original = [r.state for r in rows]
+    for row, raw in zip(rows, forged, strict=True):
+        attacker.set_state(run_id, row.version, raw)
+
+    def restore() -> None:
+        for row, raw in zip(rows, original, strict=True):
+            attacker.set_state(run_id, row.version, raw)
+        attacker.close()
+
+    return restore
+
+
+def test_a_control_evaluation_recorded_before_run_closed_fails_audit_controls(
+    small_run: tuple[str, str], ledger: Ledger, audited: AuditedRun
+) -> None:
+    run_id, seed = small_run
+    ledger.close_run(run_id)
+    made = statement(seed, run_id, [("dev-0", 0, 1)])
+    ledger.append_many(run_id, [("AuditControlEvaluated", made, "server")])
+
+    attacker = Attacker(audited.settings.ledger_url)
+    rows = attacker.rows(run_id)
+    attacker.close()
+    types = [parse_record(r.state).type for r in rows]
+    control = rows.pop(types.index("AuditControlEvaluated"))
+    at = [parse_record(r.state).type for r in rows].index("RunClosed")
+    rows.insert(at, control)  # the control evaluation moved before RunClosed, re-signed
+    key = SigningKey.load(audited.settings.key_path)
+    restore = _swap_in(audited, run_id, resign_run(rows, key, renumber=True))
+    try:
+        report = replay_run(Ledger.from_settings(audited.settings), run_id)
+    finally:
+        restore()
+    assert report.failed_checks() == ["audit_controls"], report.failures
+    assert "before RunClosed: the run's optimizer could be shown it" in report.failures[0].reason
