@@ -124,5 +124,8 @@ def demo_cmd(
 
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
+    from holedger.demo.campaign_commands import campaign_group
+
     cli.add_command(demo_cmd)
     cli.add_command(report_cmd)
+    cli.add_command(campaign_group)

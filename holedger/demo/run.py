@@ -24,12 +24,12 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -46,6 +46,9 @@ from holedger.replay.report import ReplayReport, score_text
 from holedger.sandboxes import get_backend
 from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
 from holedger.schemas.events import OptimizerDescriptor
+
+if TYPE_CHECKING:
+    from holedger.server.serve import RunningServer
 
 DEMO_TASK = "officeqa-lite"
 OPTIMIZER_LABEL = "holedger-example-optimizer"
@@ -169,6 +172,47 @@ def prepare_optimizer_dir(root: Path, edits_dir: Path) -> Path:
     return opt
 
 
+def start_private_server(
+    cfg: Settings, ledger: Ledger, private: Path, **options: Any
+) -> RunningServer:
+    """The API and the gateway in this process, each on a unix socket in ``private`` (a
+    folder of this process's own: nothing listens on TCP); ``options`` go to start_server."""
+    from holedger.server.serve import start_server
+
+    private.chmod(0o711)
+    return start_server(
+        cfg,
+        ledger,
+        host=None,
+        port=None,
+        socket=private / "api.sock",
+        gateway_port=None,
+        gateway_socket=private / "gateway.sock",
+        **options,
+    )
+
+
+def optimizer_spec(
+    opt_dir: Path, run_id: str, token: str, sockets: tuple[Path, Path], args: Sequence[str]
+) -> SandboxSpec:
+    """The example optimizer's sandbox for ``run_id``: its tree, its arguments, and relays
+    from two loopback ports to the API's and the gateway's unix sockets (``sockets``)."""
+    api_port, gw_port = free_ports(2)
+    return SandboxSpec(
+        code_dir=opt_dir,
+        argv=["python3", "optimizer.py", "--edits", "edits", *args],
+        env={
+            "HOLEDGER_API_URL": f"http://127.0.0.1:{api_port}/v1/runs/{run_id}",
+            "HOLEDGER_API_TOKEN": token,
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{gw_port}/v1",
+            "OPENAI_API_KEY": token,
+        },
+        relays={api_port: sockets[0], gw_port: sockets[1]},
+        limits=OPTIMIZER_LIMITS,
+        label=f"optimizer-{run_id[:8]}",
+    )
+
+
 def parse_log(stdout: bytes) -> list[dict[str, Any]]:
     """The optimizer's log: one JSON object per line of its stdout (other lines skipped)."""
     entries = []
@@ -254,7 +298,6 @@ def run_demo(
     ``as_json``: then the caller prints ``to_json()``). Interrupted (Ctrl-C), it records
     what ran, closes its run as aborted, and raises KeyboardInterrupt (see interrupt.py)."""
     from holedger.demo.report import replay_in_home, report_sources
-    from holedger.server.serve import start_server
 
     started = time.monotonic()
     err = console(stderr=True)
@@ -271,19 +314,8 @@ def run_demo(
     reader = Ledger.open(cfg.ledger_url, None, create_tables=False)
     runs_before = set(reader.run_ids())
     private = Path(tempfile.mkdtemp(prefix="holedger-demo-"))
-    private.chmod(0o711)
     api_sock, gw_sock = private / "api.sock", private / "gateway.sock"
-    server = start_server(
-        cfg,
-        ledger,
-        host=None,
-        port=None,
-        socket=api_sock,
-        gateway_port=None,
-        gateway_socket=gw_sock,
-        workers=workers,
-        backend=chosen.name,
-    )
+    server = start_private_server(cfg, ledger, private, workers=workers, backend=chosen.name)
     run_id: str | None = None
     fut_opt: concurrent.futures.Future[SandboxResult] | None = None
     try:
@@ -337,20 +369,12 @@ def run_demo(
             seed_dir = server_task.seed_dir
             opt_dir = prepare_optimizer_dir(private, seed_dir.parent / "edits")
             n_edits = sum(1 for p in (opt_dir / "edits").iterdir() if p.is_dir())
-            api_port, gw_port = free_ports(2)
-            spec = SandboxSpec(
-                code_dir=opt_dir,
-                argv=["python3", "optimizer.py", "--edits", "edits"]
-                + (["--shortcuts"] if shortcuts else []),
-                env={
-                    "HOLEDGER_API_URL": f"http://127.0.0.1:{api_port}/v1/runs/{run_id}",
-                    "HOLEDGER_API_TOKEN": opened.optimizer_token,
-                    "OPENAI_BASE_URL": f"http://127.0.0.1:{gw_port}/v1",
-                    "OPENAI_API_KEY": opened.optimizer_token,
-                },
-                relays={api_port: api_sock, gw_port: gw_sock},
-                limits=OPTIMIZER_LIMITS,
-                label=f"optimizer-{run_id[:8]}",
+            spec = optimizer_spec(
+                opt_dir,
+                run_id,
+                opened.optimizer_token,
+                (api_sock, gw_sock),
+                ["--shortcuts"] if shortcuts else [],
             )
             bars = {
                 "CandidateCommitted": progress.add_task("candidates committed", total=1 + n_edits),

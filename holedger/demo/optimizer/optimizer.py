@@ -229,12 +229,14 @@ class Optimizer:
         dev_cases: int = 6,
         val_cases: int = 12,
         finalists: int = 2,
+        strategy: str = "greedy",
     ) -> None:
         self.api = api
         self.edits = edits
         self.dev_cases = dev_cases
         self.val_cases = val_cases
         self.finalists = finalists
+        self.strategy = strategy
 
     def run_info(self) -> dict[str, Any]:
         info: dict[str, Any] = self.api.call("GET", "")
@@ -287,13 +289,16 @@ class Optimizer:
         best = seed
         kept: list[Candidate] = [seed]
         for edit in self.edits:
-            tree = edit.apply(best.tree)
+            # greedy: each edit on top of the best so far (they stack); singles: each edit
+            # alone on the seed, the best single one kept.
+            base = best if self.strategy == "greedy" else seed
+            tree = edit.apply(base.tree)
             if tree is None:
                 say(f"{edit.name}: does not apply to the current best; skipped")
                 continue
-            label = f"{best.label}+{edit.name.split('-', 1)[0]}"
-            cand = self.commit(tree, best, label)
-            cand.history = [*best.history, edit.name]
+            label = f"{base.label}+{edit.name.split('-', 1)[0]}"
+            cand = self.commit(tree, base, label)
+            cand.history = [*base.history, edit.name]
             cand.dev = dev_mean(self.evaluate(cand, "dev", subset))
             assert best.dev is not None
             keep = cand.dev >= best.dev
@@ -334,18 +339,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shortcuts", action="store_true", help="also try edits marked overfitting = true"
     )
+    parser.add_argument(
+        "--strategy",
+        choices=("greedy", "singles"),
+        default="greedy",
+        help="greedy: stack each edit on the best so far; singles: each edit alone on the seed",
+    )
+    parser.add_argument(
+        "--order",
+        choices=("given", "reverse"),
+        default="given",
+        help="the order in which the levers' edits are tried",
+    )
+    parser.add_argument(
+        "--max-edits", type=int, default=None, help="try at most this many edits (a budget)"
+    )
     args = parser.parse_args(argv)
     token = os.environ.get("HOLEDGER_API_TOKEN", "")
     if not args.api or not token:
         say("set HOLEDGER_API_URL and HOLEDGER_API_TOKEN")
         return 2
     api = Api(args.api, token, sys.stdout)
+    edits = load_edits(args.edits, args.shortcuts)
+    if args.order == "reverse":
+        edits.reverse()
+    if args.max_edits is not None:
+        edits = edits[: max(0, args.max_edits)]
     optimizer = Optimizer(
         api,
-        load_edits(args.edits, args.shortcuts),
+        edits,
         dev_cases=args.dev_cases,
         val_cases=args.val_cases,
         finalists=args.finalists,
+        strategy=args.strategy,
     )
     try:
         winner = optimizer.search()
