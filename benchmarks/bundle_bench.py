@@ -28,7 +28,7 @@ from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay.bundle import export_bundle, verify_bundle
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import (
     BudgetVector,
     CandidateCommitted,

@@ -378,7 +378,7 @@ def replay_ratios(
     raw bursts verify the run's own signatures (same messages, same key), so the ratio is
     replay's rate against verifying these events' signatures and nothing else.
     """
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     triples = run_signatures(url, run_id, 4096)
     ledger = Ledger.open(url, None, create_tables=False)
@@ -403,13 +403,13 @@ def replay_ratios(
                 # Untimed: starts replay's worker processes (kept for the life of this
                 # process, as they are for the holedger command's one replay) and warms
                 # the database's page cache.
-                replay_run(ledger, run_id, projections=(), workers=procs)
+                replay_run(ledger, run_id, checks=(), workers=procs)
             for _ in range(rounds):
                 for procs in (1, workers):
                     burst = int(pairs[procs][-1][1] * 0.4) if pairs[procs] else events // 4
                     before = raw(procs, burst)
                     start = time.perf_counter()
-                    report = replay_run(ledger, run_id, projections=(), workers=procs)
+                    report = replay_run(ledger, run_id, checks=(), workers=procs)
                     wall = time.perf_counter() - start
                     after = raw(procs, burst)
                     if not report.verified or report.events != events:
@@ -428,11 +428,11 @@ def median(values: list[float]) -> float:
 
 def replay_child(url: str, run_id: str, workers: int, projections: bool) -> None:
     """Entry point of the measured replay process: prints one JSON line."""
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     ledger = Ledger.open(url, None, create_tables=False)
     start = time.perf_counter()
-    report = replay_run(ledger, run_id, workers=workers, projections=None if projections else ())
+    report = replay_run(ledger, run_id, workers=workers, checks=None if projections else ())
     wall = time.perf_counter() - start
     ledger.close()
     print(

@@ -180,10 +180,11 @@ def collect(
     ``trusted_keys`` pinned, if given; the ids of the scored runs that do not verify are
     appended to ``excluded`` when it is given). Aborted runs have no score to count: their
     ids are appended to ``aborted`` when it is given."""
-    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
+    from holedger.replay.inputs import CheckInputs
+    from holedger.replay.runs import LedgerBaselines
 
     # One source for every run: a task's baseline run is replayed once, not once per run.
-    baselines = {EXTRA_KEY: LedgerBaselines(ledger, trusted_keys)}
+    inputs = CheckInputs(baselines=LedgerBaselines(ledger, trusted_keys))
     gains = []
     for info in ledger.runs():
         if task_id and info.task_id != task_id:
@@ -199,9 +200,9 @@ def collect(
             continue
 
         def replayed(run_id: str = info.run_id) -> bool:
-            from holedger.replay.engine import replay_run
+            from holedger.replay.runs import replay_run
 
-            return replay_run(ledger, run_id, trusted_keys=trusted_keys, extra=baselines).verified
+            return replay_run(ledger, run_id, trusted_keys=trusted_keys, inputs=inputs).verified
 
         kept = _kept(gain, include_baselines, replayed if verify else None, excluded)
         if kept is not None:
@@ -234,8 +235,7 @@ def collect_bundles(
     """
     from holedger.errors import BundleError
     from holedger.ledger.fastpath import parse_record
-    from holedger.replay.bundle import open_bundle, verify_bundle
-    from holedger.replay.checks.baseline import BundleBaselines
+    from holedger.replay.bundle import BundleBaselines, open_bundle, verify_bundle
 
     by_run: dict[str, list[str]] = {}  # every bundle of a run, in the order given
     scored: dict[str, list[tuple[str, RunGain]]] = {}  # those that hold its score

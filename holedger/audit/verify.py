@@ -168,7 +168,7 @@ def _closed_at(run: RunFacts) -> int | None:
 
 
 def _replay(ledger: Ledger, run_id: str, trusted: Sequence[PublicKey]) -> list[str]:
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     try:
         report = replay_run(ledger, run_id, trusted_keys=trusted)

@@ -10,9 +10,10 @@ from holedger.config import Settings
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
 from holedger.replay.html import Sources, write_report
+from holedger.replay.inputs import CheckInputs
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import replay_run
 from holedger.tasks.loader import find_task
 
 
@@ -32,8 +33,8 @@ def replay_in_home(
     trusted_keys: Sequence[PublicKey] = (),
 ) -> ReplayReport:
     """Replay with the home's run repository, so the candidate leakage scan can run."""
-    extra = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
-    return replay_run(ledger, run_id, trusted_keys=trusted_keys, extra=extra, progress=progress)
+    inputs = CheckInputs(run_repo=cfg.run_repo(run_id), repos=cfg.run_repo)
+    return replay_run(ledger, run_id, trusted_keys=trusted_keys, inputs=inputs, progress=progress)
 
 
 def default_report_path(cfg: Settings, run_id: str) -> Path:

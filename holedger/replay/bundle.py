@@ -52,8 +52,7 @@ from holedger.protocol.runs import origin_of
 from holedger.replay.report import ReplayReport, counted
 
 if TYPE_CHECKING:
-    from holedger.replay.checks.baseline import BundleBaselines
-    from holedger.replay.engine import FoldFactory
+    from holedger.replay.inputs import BaselineRun, CheckFactory, Unavailable
 from holedger.schemas.canonical import canonical_json, parse_canonical
 from holedger.schemas.events import CandidateCommitted, Checkpoint, Model, RunOpened
 
@@ -195,7 +194,7 @@ class RunBundle:
         for span in self.record_spans:
             yield self._read(span)
 
-    # BlobSource (holedger.replay.engine)
+    # BlobSource (holedger.replay.context)
     def blob(self, digest: str) -> bytes | None:
         span = self.blob_spans.get(digest)
         return None if span is None else self._read(span)
@@ -828,7 +827,7 @@ def verify_bundle(
     trusted_keys: Sequence[PublicKey] = (),
     external_checkpoints: Sequence[str] = (),
     policy: TlogPolicy | None = None,
-    projections: Sequence[FoldFactory] | None = None,
+    checks: Sequence[CheckFactory] | None = None,
     progress: Callable[[int, int], None] | None = None,
     task: str | None = None,
     baseline: str | Path | BundleBaselines | None = None,
@@ -838,32 +837,34 @@ def verify_bundle(
     ``external_checkpoints`` are checkpoint notes published elsewhere: each must be signed
     by the run's server key and match a checkpoint of the bundled log (a rewrite or a
     truncation fails). ``policy`` (a :class:`~holedger.ledger.note.TlogPolicy`) requires
-    witness cosignatures on the bundle's final checkpoint. ``projections`` defaults to
-    the registered replay projections; the bundle's own checks always run. ``progress``,
+    witness cosignatures on the bundle's final checkpoint. ``checks`` defaults to the
+    registered replay checks; the bundle's own checks always run. ``progress``,
     when given, is called with (records read, records in the bundle) every
     PROGRESS_EVERY records and at the end. ``task`` (a task name or folder) is the task
     the leakage audit reads (default: the task the run names, if bundled with holedger).
     ``baseline`` is the bundle of the run's seed-baseline run: it is verified too (same
     keys) and checked against the pinned E(H0) (check ``baseline``; a warning without it);
-    a :class:`~holedger.replay.checks.baseline.BundleBaselines` given instead is shared, so runs
-    pinned to one baseline verify it once.
+    a :class:`BundleBaselines` given instead is shared, so runs pinned to one baseline
+    verify it once.
     """
-    from holedger.replay.checks.baseline import EXTRA_KEY, BundleBaselines
-    from holedger.replay.engine import ReplayContext, verify_records, with_progress
+    from holedger.replay.checks import CHECKS
+    from holedger.replay.engine import with_progress
+    from holedger.replay.inputs import CheckContext, CheckInputs
+    from holedger.replay.runs import verify_records
 
-    if projections is None:
-        from holedger.replay.checks import CHECKS
-
-        projections = CHECKS
+    if checks is None:
+        checks = CHECKS
+    if baseline is not None and not isinstance(baseline, BundleBaselines):
+        baseline = BundleBaselines(baseline, trusted_keys, task)
 
     with open_bundle(path) as bundle, tempfile.TemporaryDirectory(prefix="holedger-git-") as tmp:
         repo = Path(tmp) if bundle.git_spans else None
         unhashed: list[str] = []
 
-        def git(ctx: ReplayContext) -> GitCheck:
+        def git(ctx: CheckContext) -> GitCheck:
             return GitCheck(bundle, repo, unhashed)
 
-        def checks(ctx: ReplayContext) -> BundleChecks:
+        def own(ctx: CheckContext) -> BundleChecks:
             return BundleChecks(bundle, ctx.opened, external_checkpoints, policy)
 
         try:
@@ -882,20 +883,8 @@ def verify_bundle(
                 records,
                 bundle,
                 trusted_keys=trusted_keys,
-                projections=[*projections, git, checks],
-                extra={
-                    **({"run_repo": repo} if repo is not None else {}),
-                    **({"task": task} if task else {}),
-                    **(
-                        {
-                            EXTRA_KEY: baseline
-                            if isinstance(baseline, BundleBaselines)
-                            else BundleBaselines(baseline, trusted_keys, task)
-                        }
-                        if baseline is not None
-                        else {}
-                    ),
-                },
+                checks=[*checks, git, own],
+                inputs=CheckInputs(task=task or None, run_repo=repo, baselines=baseline),
             )
         except HoledgerError:
             raise
@@ -904,3 +893,36 @@ def verify_bundle(
                 f"bundle cannot be replayed: {type(exc).__name__}: {exc}",
                 hint="the bundle's content is not a run holedger can read",
             ) from exc
+
+
+class BundleBaselines:
+    """The baseline run in a bundle file given with ``verify --baseline``: it is verified
+    when first asked for (an unreadable file raises the bundle's error, naming the file)."""
+
+    given = True  # named by the user: the check says so when the run pins no baseline
+
+    def __init__(
+        self, path: str | Path, trusted_keys: Sequence[PublicKey], task: str | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.trusted_keys = list(trusted_keys)
+        self.task = task
+        self._found: BaselineRun | None = None
+
+    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
+        if self._found is None:
+            self._found = self._verify()
+        return self._found  # another run than ``run_id`` fails the comparison
+
+    def _verify(self) -> BaselineRun:
+        from holedger.replay.checks import CHECKS
+        from holedger.replay.checks.baseline import baseline_run, capturing
+
+        checks, facts = capturing(CHECKS)
+        try:
+            report = verify_bundle(
+                self.path, trusted_keys=self.trusted_keys, checks=checks, task=self.task
+            )
+        except HoledgerError as exc:  # the same error, naming the file it is about
+            raise type(exc)(f"baseline bundle {self.path}: {exc.message}", hint=exc.hint) from exc
+        return baseline_run(report.run_id, report, facts)

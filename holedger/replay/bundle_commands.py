@@ -817,7 +817,7 @@ def attest_cmd(
     """Sign RUN's result as an in-toto Statement v1 (DSSE, Ed25519, operator key)."""
 
     from holedger.ledger.attest import attest
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     cfg = settings(ctx)
     key = SigningKey.load(cfg.key_path)

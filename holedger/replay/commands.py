@@ -154,7 +154,8 @@ def replay_cmd(
     Exit 0 verified, 1 verification failed, 2 bad usage or run not found.
     """
     from holedger.ledger.store import Ledger
-    from holedger.replay.engine import replay_run
+    from holedger.replay.inputs import CheckInputs
+    from holedger.replay.runs import replay_run
 
     if Path(run).is_file() and not all(c in "0123456789abcdef-" for c in run.lower()):
         raise UsageError(
@@ -170,12 +171,10 @@ def replay_cmd(
 
             replay_audit(ctx, ledger, run, keys, as_json)
         run_id = ledger.resolve_run(run)
-        extra: dict[str, object] = {"settings": cfg, "run_repo": cfg.run_repo(run_id)}
-        if task:
-            extra["task"] = task
+        inputs = CheckInputs(task=task or None, run_repo=cfg.run_repo(run_id), repos=cfg.run_repo)
         with progress_bar("checking events") as progress:
             report = replay_run(
-                ledger, run_id, trusted_keys=keys, extra=extra, workers=workers, progress=progress
+                ledger, run_id, trusted_keys=keys, inputs=inputs, workers=workers, progress=progress
             )
     finally:
         ledger.close()

@@ -1,10 +1,11 @@
-"""Replay: verify a run's records and fold them into independent checks (folds).
+"""Replay's verification core: check a run's records and hand them to the folds given.
 
 Integrity comes first and trusts nothing: each record must be canonical, signed by the
 key that RunOpened declares for its role (or a key pinned with ``--trusted-key``),
 numbered contiguously from 0, chained to its predecessor, and covered by checkpoints
-whose roots are recomputed here. Only events that pass go on to the folds
-(budget, disclosure, scores, safety, ...), which re-derive every recorded decision.
+whose roots are recomputed here. Only events that pass go on to the folds the caller
+gives, which re-derive every recorded decision; the engine knows none of them (the
+registered checks and what they are given are composed in holedger.replay.runs).
 
 Memory is bounded by the folds' state plus an O(log n) Merkle frontier: the
 records stream through once.
@@ -15,25 +16,24 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from itertools import chain
-from typing import Protocol
+from typing import Generic
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from holedger.errors import NotFoundError, SchemaError, VerificationError
+from holedger.errors import SchemaError, VerificationError
 from holedger.ledger.edwards import public_key_problem
 from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import parse_checkpoint, verify_note
 from holedger.ledger.records import Record
-from holedger.ledger.store import Ledger
 from holedger.protocol.runs import origin_of
 from holedger.replay.chunks import BLOB_FIELDS, ChunkJob, ChunkSummary
+from holedger.replay.context import BlobSource, Fold, FoldFactory, InputsT, ReplayContext
+from holedger.replay.parallel import feed_in_chunks, feed_in_parallel
 from holedger.replay.report import ReplayReport, ReportBuilder
 from holedger.schemas.events import AFTER_CLOSE_TYPES, Checkpoint, Model, RunOpened
 from holedger.schemas.types import ZERO_HASH
@@ -56,44 +56,7 @@ CHECKS = (
 )
 
 
-class BlobSource(Protocol):
-    def blob(self, digest: str) -> bytes | None:
-        """The blob's bytes, or None when absent."""
-
-    def redacted(self, digest: str) -> bool:
-        """True when the blob was deliberately left out (a redacted bundle)."""
-
-
-@dataclass
-class ReplayContext:
-    run_id: str
-    opened: RunOpened
-    blobs: BlobSource
-    extra: dict[str, object] = field(default_factory=dict)
-    # Set before ``finish`` when the log breaks: the last seq the folds were given
-    # (-1: none). What a later event would have completed (a request's trials, its
-    # projection, the score) is then not judged missing: it may lie past the break.
-    cut_after: int | None = None
-
-
-class Fold(Protocol):
-    name: str
-
-    def apply(self, rec: Record, payload: Model) -> None: ...
-
-    def finish(self, out: ReportBuilder) -> None: ...
-
-
-FoldFactory = Callable[[ReplayContext], Fold]
-
-
-@dataclass
-class TrustSummary:
-    source: str  # "pinned" or "declared"
-    keys: list[str]
-
-
-class _Verifier:
+class _Verifier(Generic[InputsT]):
     """The integrity pass over one run's records."""
 
     def __init__(
@@ -101,12 +64,12 @@ class _Verifier:
         run_id: str,
         blobs: BlobSource,
         trusted: Sequence[PublicKey],
-        factories: Sequence[FoldFactory],
+        factories: Sequence[FoldFactory[InputsT]],
         out: ReportBuilder,
-        extra: Mapping[str, object] | None = None,
+        inputs: InputsT,
     ) -> None:
         self.run_id = run_id
-        self.extra = dict(extra or {})
+        self.inputs = inputs
         self.blobs = blobs
         self.trusted = list(trusted)
         self.factories = factories
@@ -119,7 +82,7 @@ class _Verifier:
         self.role_state: dict[str, tuple[str, Ed25519PublicKey]] = {}
 
         self.folds: list[Fold] = []
-        self.ctx: ReplayContext | None = None
+        self.ctx: ReplayContext[InputsT] | None = None
         self.opened: RunOpened | None = None
         self.events = 0
         self.last_type: str | None = None
@@ -328,7 +291,7 @@ class _Verifier:
             )
         self.role_keys = declared
         self.role_state = {}
-        self.ctx = ReplayContext(self.run_id, opened, self.blobs, dict(self.extra))
+        self.ctx = ReplayContext(self.run_id, opened, self.blobs, self.inputs)
         self.folds = [factory(self.ctx) for factory in self.factories]
 
     def _check_signature(self, rec: Record) -> None:
@@ -457,43 +420,34 @@ class _Verifier:
             )
 
 
-def verify_records(
+def verify_log(
     run_id: str,
     records: Iterable[bytes],
     blobs: BlobSource,
+    folds: Sequence[FoldFactory[InputsT]],
+    inputs: InputsT,
     *,
     trusted_keys: Sequence[PublicKey] = (),
-    projections: Sequence[FoldFactory] | None = None,
-    extra: Mapping[str, object] | None = None,
     workers: int = 1,
     fast: bool = True,
 ) -> ReplayReport:
-    """Replay one run from its record bytes in stream order.
+    """Verify one run from its record bytes in stream order, folding the verified events
+    into ``folds`` (each built with a ReplayContext that carries ``inputs``).
 
-    ``extra`` reaches every fold as ``ReplayContext.extra`` (e.g. ``run_repo``, the
-    path of the run's candidate repository, for the leakage scan). Records are checked a
-    chunk at a time (replay/chunks.py), in ``workers`` processes (this one and ``workers
-    - 1`` others), and a chunk with anything wrong in it record by record; with ``fast``
-    False every record is checked record by record, in this process. The report is the
-    same every way.
+    Records are checked a chunk at a time (replay/chunks.py), in ``workers`` processes
+    (this one and ``workers - 1`` others), and a chunk with anything wrong in it record by
+    record; with ``fast`` False every record is checked record by record, in this
+    process. The report is the same every way.
     """
-    if projections is None:
-        from holedger.replay.checks import CHECKS
-
-        projections = CHECKS
     out = ReportBuilder()
-    verifier = _Verifier(run_id, blobs, trusted_keys, projections, out, extra)
+    verifier = _Verifier(run_id, blobs, trusted_keys, folds, out, inputs)
     with _no_cyclic_gc():
         if not fast:
             for raw in records:
                 verifier.feed(raw)
         elif workers > 1:
-            from holedger.replay.parallel import feed_in_parallel
-
             feed_in_parallel(verifier, records, workers)
         else:
-            from holedger.replay.parallel import feed_in_chunks
-
             feed_in_chunks(verifier, records)
         verifier.finish()
     return out.build(run_id, verifier.events)
@@ -528,62 +482,6 @@ def _no_cyclic_gc() -> Iterator[None]:
             _gc_pausers -= 1
             if _gc_pausers == 0 and _gc_was_enabled:
                 gc.enable()
-
-
-class LedgerBlobs:
-    """Blobs read from the ledger database."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-
-    def blob(self, digest: str) -> bytes | None:
-        try:
-            return self.ledger.get_blob(digest)
-        except NotFoundError:
-            return None
-
-    def redacted(self, digest: str) -> bool:
-        return False
-
-
-def replay_run(
-    ledger: Ledger,
-    run_id: str,
-    *,
-    trusted_keys: Sequence[PublicKey] = (),
-    projections: Sequence[FoldFactory] | None = None,
-    extra: Mapping[str, object] | None = None,
-    workers: int = 1,
-    progress: Callable[[int, int], None] | None = None,
-) -> ReplayReport:
-    """Replay a run stored in ``ledger`` (no re-execution of anything).
-
-    ``progress``, when given, is called with (records read, records stored) after each
-    database batch: the checks are at most a few thousand records behind it.
-    """
-    stored = ledger.stored_count(run_id)
-    if not stored:
-        raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
-
-    if extra is None or EXTRA_KEY not in extra:
-        # The run's pinned seed-baseline run is read from the same ledger.
-        extra = {**(extra or {}), EXTRA_KEY: LedgerBaselines(ledger, trusted_keys, extra)}
-    batches = ledger.raw_record_batches(run_id)
-    records = (
-        chain.from_iterable(batches)
-        if progress is None
-        else with_progress(batches, stored, progress)
-    )
-    return verify_records(
-        run_id,
-        records,
-        LedgerBlobs(ledger),
-        trusted_keys=trusted_keys,
-        projections=projections,
-        extra=extra,
-        workers=workers,
-    )
 
 
 def with_progress(

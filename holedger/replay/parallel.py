@@ -4,9 +4,10 @@ The first record (RunOpened, which says whom to trust) goes through the verifier
 reference pass alone. Then the records go in chunks (LOCAL_CHUNK records in one process,
 CHUNK with workers, or fewer when they reach CHUNK_BYTES): each chunk is checked whole by
 ``chunks.check_chunk``, here or in a worker process, and its summary is fed to the
-verifier strictly in stream order (``_Verifier.feed_chunk``), which takes it only where
-it continues the run exactly and otherwise checks that chunk record by record. So the
-report is the one the reference pass alone gives, whichever process checked which chunk.
+verifier strictly in stream order (``feed_chunk`` of the engine's ``_Verifier``), which
+takes it only where it continues the run exactly and otherwise checks that chunk record
+by record. So the report is the one the reference pass alone gives, whichever process
+checked which chunk.
 
 With workers, a chunk goes to the worker with the fewest chunks waiting, while that is
 fewer than WAITING_PER_WORKER; otherwise this process checks it itself, between reading
@@ -33,14 +34,11 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
 from holedger.errors import HoledgerError
 from holedger.replay.chunks import ChunkJob, ChunkSummary, check_chunk
 from holedger.replay.worker import read_frame, write_frame
-
-if TYPE_CHECKING:
-    from holedger.replay.engine import _Verifier
 
 CHUNK = 128  # records per chunk sent to a worker: the last ones sent are what the end waits for
 LOCAL_CHUNK = 256  # records per chunk in one process (measured a little faster than 128)
@@ -48,6 +46,19 @@ CHUNK_BYTES = 256 * 1024
 WAITING_PER_WORKER = 2  # chunks waiting for one worker before this process checks one itself
 WINDOW = 32  # chunks read ahead of the in-order pass at most
 PIPE_BYTES = 1 << 20  # asked for; the job limit follows from what the pipe really holds
+
+
+class Verifier(Protocol):
+    """The in-order pass records are fed to (the engine's ``_Verifier``)."""
+
+    def feed(self, raw: bytes) -> None:
+        """Check one record by itself."""
+
+    def chunk_job(self, records: list[bytes]) -> ChunkJob | None:
+        """A job checking ``records`` whole, or None while the run is not open."""
+
+    def feed_chunk(self, job: ChunkJob, summary: ChunkSummary | None) -> None:
+        """Take a chunk's summary where it continues the pass, else check it by record."""
 
 
 def _chunks(records: Iterable[bytes], count: int, size: int) -> Iterator[list[bytes]]:
@@ -69,14 +80,14 @@ def _chunks(records: Iterable[bytes], count: int, size: int) -> Iterator[list[by
         yield chunk
 
 
-def _opened(verifier: _Verifier, it: Iterator[bytes]) -> None:
+def _opened(verifier: Verifier, it: Iterator[bytes]) -> None:
     """Feed the first record through the reference pass: it opens the run."""
     for raw in it:
         verifier.feed(raw)
         return
 
 
-def feed_in_chunks(verifier: _Verifier, records: Iterable[bytes]) -> None:
+def feed_in_chunks(verifier: Verifier, records: Iterable[bytes]) -> None:
     """Feed ``records`` to ``verifier`` in order, in this process, a chunk at a time."""
     it = iter(records)
     _opened(verifier, it)
@@ -195,7 +206,7 @@ atexit.register(_POOL.discard)
 Pending = tuple[ChunkJob | list[bytes], "_Worker | ChunkSummary | None"]
 
 
-def feed_in_parallel(verifier: _Verifier, records: Iterable[bytes], workers: int) -> None:
+def feed_in_parallel(verifier: Verifier, records: Iterable[bytes], workers: int) -> None:
     """Feed ``records`` to ``verifier`` in order, checking chunks in ``workers``
     processes: this one and ``workers - 1`` others."""
     shared = _POOL.lock.acquire(blocking=False)
@@ -219,7 +230,7 @@ def feed_in_parallel(verifier: _Verifier, records: Iterable[bytes], workers: int
             _POOL.lock.release()
 
 
-def _feed(verifier: _Verifier, it: Iterator[bytes], pool: list[_Worker]) -> None:
+def _feed(verifier: Verifier, it: Iterator[bytes], pool: list[_Worker]) -> None:
     _opened(verifier, it)
     window: deque[Pending] = deque()
     # A job is sent only while the worker's pipe holds every job it may have waiting.

@@ -5,60 +5,37 @@ Replay never trusts a local task blindly: the task named in RunOpened is loaded 
 it is available on this machine *and* its digest equals ``RunOpened.task_digest``;
 otherwise the checks that need it say plainly that they were skipped and why.
 
-A caller may hand the data in through ``ReplayContext.extra``: ``task`` (a task name or
-folder to load instead of the pinned task id) or ``task_data`` (a ready :class:`TaskData`).
+A caller may hand the data in through :class:`~holedger.replay.inputs.CheckInputs`:
+``task`` (a task name or folder to load instead of the pinned task id) or ``task_data``
+(a ready :class:`TaskData`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from holedger.errors import HoledgerError
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CaseData, CheckContext, TaskData
 
-CACHE_KEY = "_task_data"
-
-
-@dataclass(frozen=True)
-class CaseData:
-    """One case: its id, the input the harness gets, the answer only the verifier sees."""
-
-    id: str
-    input: Any
-    expected: Any
+__all__ = ["CaseData", "TaskData", "task_data"]
 
 
-@dataclass(frozen=True)
-class TaskData:
-    task_id: str
-    digest: str
-    splits: dict[str, list[CaseData]] = field(default_factory=dict)
-    # The task's pinned verifier: (case id, answer as parsed from the harness's output)
-    # -> score; None when only the cases were handed in.
-    verify: Callable[[str, Any], Fraction] | None = None
-
-    def ids(self, split: str) -> set[str]:
-        return {case.id for case in self.splits.get(split, [])}
-
-
-def task_data(ctx: ReplayContext) -> TaskData | str:
-    """The run's task data, or the reason it is unavailable (cached per replay)."""
-    cached = ctx.extra.get(CACHE_KEY)
-    if isinstance(cached, TaskData | str):
-        return cached
-    result = _load(ctx)
-    ctx.extra[CACHE_KEY] = result
-    return result
-
-
-def _load(ctx: ReplayContext) -> TaskData | str:
-    given = ctx.extra.get("task_data")
-    if isinstance(given, TaskData):
+def task_data(ctx: CheckContext) -> TaskData | str:
+    """The run's task data, or the reason it is unavailable (loaded once per inputs)."""
+    given = ctx.inputs.task_data
+    if given is not None:
         return _pinned(given, ctx)
-    name = ctx.extra.get("task") or ctx.opened.task_id
+    name = ctx.inputs.task or ctx.opened.task_id
+    key = (name, ctx.opened.task_id)
+    loaded = ctx.inputs.loaded.get(key)
+    if loaded is None:
+        loaded = ctx.inputs.loaded[key] = _load(name, ctx.opened.task_id)
+    return loaded if isinstance(loaded, str) else _pinned(loaded, ctx)
+
+
+def _load(name: str, task_id: str) -> TaskData | str:
     load_task, digest_of = _tasks_api()
     if load_task is None or digest_of is None:
         return "the task loader (holedger.tasks) is not available"
@@ -78,10 +55,10 @@ def _load(ctx: ReplayContext) -> TaskData | str:
         return f"task {name} is not available locally: {exc.message}"
     except (OSError, ValueError, KeyError) as exc:
         return f"task {name} could not be loaded: {exc}"
-    return _pinned(TaskData(str(ctx.opened.task_id), digest, splits, verify), ctx)
+    return TaskData(str(task_id), digest, splits, verify)
 
 
-def _pinned(data: TaskData, ctx: ReplayContext) -> TaskData | str:
+def _pinned(data: TaskData, ctx: CheckContext) -> TaskData | str:
     if data.digest != ctx.opened.task_digest:
         return (
             f"the local task {ctx.opened.task_id} has digest {data.digest[:12]}, "

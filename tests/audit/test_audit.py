@@ -521,8 +521,8 @@ def test_a_gain_that_is_not_significant_is_not_decomposed(
 def test_the_runs_html_report_has_an_audits_section(
     finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
 ) -> None:
-    from holedger.replay.engine import replay_run
     from holedger.replay.html.page import build_report
+    from holedger.replay.runs import replay_run
 
     page = build_report(ledger, audited.run_id, replay_run(ledger, audited.run_id))
     section = page[page.index('<section id="audits">') :]

@@ -64,7 +64,7 @@ def _feed(work: Path, data: bytes, full: bool) -> None:
     path.write_bytes(data)
     try:
         if full:
-            verify_bundle(path, projections=())
+            verify_bundle(path, checks=())
         else:
             with open_bundle(path) as bundle:
                 list(bundle.records())
@@ -175,7 +175,7 @@ def test_ref_names_cannot_point_outside(sandbox: Path, genuine_bytes: bytes) -> 
     entries[ref] = (0x07, entries[ref][1][:20] + b"refs/candidates/../../../escape")
     path = sandbox / "input.hlb"
     path.write_bytes(write_entries(version, entries))
-    report = verify_bundle(path, projections=())
+    report = verify_bundle(path, checks=())
     assert "git" in report.failed_checks()
     assert not (sandbox.parent / "escape").exists() and not Path("escape").exists()
 

@@ -18,8 +18,9 @@ from holedger.errors import BundleError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay.bundle import export_bundle, open_bundle, verify_bundle
-from holedger.replay.engine import replay_run
+from holedger.replay.inputs import CheckInputs
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import replay_run
 
 from .bundlefile import entries_of, rewrite
 from .conftest import CHECKPOINT_INTERVAL, SampleRun, record_sample
@@ -41,7 +42,7 @@ def assert_same_as_replay(
 ) -> ReplayReport:
     """The bundle verifies as the run replays; with the candidates' history bundled, as
     it replays beside its repository (both scan the candidates)."""
-    replayed = replay_run(ledger, run_id, extra={"run_repo": repo} if repo else None)
+    replayed = replay_run(ledger, run_id, inputs=CheckInputs(run_repo=repo))
     verified = verify_bundle(bundle)
     assert _core(verified) == _core(replayed)
     assert verified.verified == replayed.verified

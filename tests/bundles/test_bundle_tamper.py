@@ -2,7 +2,7 @@
 
 Each attack edits a genuine bundle the way an attacker holding only the file would, and
 rebuilds it with a consistent end entry, so the container itself gives nothing away.
-Verification runs the integrity checks (projections off, as the ledger tamper matrix
+Verification runs the integrity checks (other checks off, as the ledger tamper matrix
 does) plus the bundle's own checks, and must name what was changed.
 """
 
@@ -37,7 +37,7 @@ def genuine(sample: SampleRun, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 
 def check(path: Path, **kwargs: object) -> ReplayReport:
-    return verify_bundle(path, projections=(), **kwargs)  # type: ignore[arg-type]
+    return verify_bundle(path, checks=(), **kwargs)  # type: ignore[arg-type]
 
 
 def assert_named(report: ReplayReport, check_name: str, seq: int | None = None) -> None:

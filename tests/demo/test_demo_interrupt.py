@@ -26,7 +26,7 @@ from server.tinytask import write_task_folder
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -15,7 +15,7 @@ from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.serve import AppServer
 from holedger.gateway.sim_server import create_simulator_app
 from holedger.gateway.wire import Receive, Scope, Send
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, Env, close_env, make_terms, open_env
 

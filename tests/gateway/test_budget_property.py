@@ -14,7 +14,8 @@ from holedger.gateway.budget import RunBudget, add_usage
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.records import payload_dict, sign_event
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import ReplayContext
+from holedger.replay.context import ReplayContext
+from holedger.replay.inputs import CheckInputs
 from holedger.replay.report import ReplayReport, ReportBuilder
 from holedger.schemas.events import (
     GatewayBudgetState,
@@ -123,7 +124,7 @@ def replay(
         checkpoint_interval=64,
     )
     run_id = str(uuid.uuid4())
-    projection = GatewayFold(ReplayContext(run_id, opened, blobs=None))  # type: ignore[arg-type]
+    projection = GatewayFold(ReplayContext(run_id, opened, None, CheckInputs()))  # type: ignore[arg-type]
     payloads: list[GatewayCall | TrialCompleted] = [*events, *(trials or trial_totals(events))]
     for seq, payload in enumerate(payloads, start=1):
         kind = type(payload).__name__

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from holedger.errors import RunClosedError
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, Env, close_env, digest, make_terms, open_env
 

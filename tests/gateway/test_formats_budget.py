@@ -16,7 +16,7 @@ from holedger.gateway.config import GatewayConfig, UpstreamConfig
 from holedger.gateway.serve import AppServer
 from holedger.gateway.sim_server import create_simulator_app
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, Env, close_env, make_terms, open_env
 
@@ -136,7 +136,7 @@ def test_concurrent_clients_never_overshoot_the_cap(
         for i in range(CLIENTS):
             env.gateway.close_trial(env.run_id, f"t{i}")
         env.ledger.close_run(env.run_id)
-        report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+        report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
         assert report.verified, report.failed_checks()
         section = report.sections["gateway"]
         assert section["overshoot"] == 0 and section["target_settled"] == settled

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import GatewayCall
 
 from .helpers import SIM_MODEL, CountingUpstream, Env, trial_completed
@@ -57,7 +57,7 @@ def replay_trial(env: Env, trial_id: str = "t1") -> dict[str, Any]:
     completed = trial_completed(env, trial_id)
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+    report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
     assert report.verified, report.failed_checks()
     section = report.sections["gateway"]
     assert section["trials_checked"] == 1
@@ -302,7 +302,7 @@ def test_mixed_formats_in_one_trial_are_attributed_to_it_and_replayed(env: Env) 
     assert completed.tokens.total == usage.tokens.total
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+    report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
     assert report.verified, report.failed_checks()
     assert report.sections["gateway"]["trials_checked"] == 2
 
@@ -323,5 +323,5 @@ def test_a_trial_reporting_other_cache_writes_fails_replay(env: Env) -> None:
         env.run_id, "TrialCompleted", completed.model_copy(update={"tokens": forged}), "server"
     )
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+    report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
     assert report.failed_checks() == ["gateway_trial_totals"]

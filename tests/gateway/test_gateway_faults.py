@@ -24,7 +24,7 @@ from holedger.gateway.formats.chat import ChatFormat
 from holedger.gateway.forwarding import Forwarder
 from holedger.gateway.recorder import EventRoom, EventWriter, Submission
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import SafetyViolation
 
 from .helpers import (
@@ -75,7 +75,7 @@ def assert_replay_verifies(env: Env, trial_id: str = "t1") -> None:
     completed = trial_completed(env, trial_id)
     env.ledger.append(env.run_id, "TrialCompleted", completed, "server")
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+    report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
     assert report.verified, report.failed_checks()
 
 

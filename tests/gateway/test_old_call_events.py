@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import GatewayCall
 
 from .helpers import SIM_MODEL, Env
@@ -50,7 +50,7 @@ def test_old_gateway_calls_verify_and_are_checked_as_chat(env: Env) -> None:
     first = env.calls()[0]
     assert first.format is None and first.tokens.cache_write == 0
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+    report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
     assert report.verified, [f.model_dump() for f in report.failures]
     assert report.sections["gateway"]["target_settled"] == 30
 

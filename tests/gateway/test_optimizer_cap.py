@@ -14,7 +14,7 @@ from holedger.gateway.app import create_gateway_app
 from holedger.gateway.serve import serve_gateway
 from holedger.ledger.store import Ledger
 from holedger.protocol.tokens import DEFAULT_OPTIMIZER_TOKENS
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import TaskTerms
 
 from .helpers import SIM_MODEL, CountingUpstream, Env, close_env, make_terms, open_env

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, close_env, make_terms, open_env
 
@@ -50,7 +50,7 @@ def test_budget_holds_on_postgresql() -> None:
         calls = env.calls()
         assert sum(c.tokens.total for c in calls) <= 600
         env.ledger.close_run(env.run_id)
-        report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+        report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
         assert report.verified, report.failed_checks()
     finally:
         close_env(env)

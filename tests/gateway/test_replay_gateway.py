@@ -11,8 +11,8 @@ import pytest
 
 from holedger.ledger.store import Ledger
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run as full_replay
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import replay_run as full_replay
 
 from .helpers import SIM_MODEL, Env, close_env, digest, make_terms, open_env, trial_completed
 
@@ -24,7 +24,7 @@ Edit = Callable[[str, dict[str, Any]], dict[str, Any] | None]
 def replay_run(ledger: Ledger, run_id: str) -> ReplayReport:
     """Integrity plus the gateway projection (the other rooms' protocol checks need a full
     protocol run, which these gateway-only runs do not have)."""
-    return full_replay(ledger, run_id, projections=[GatewayFold])
+    return full_replay(ledger, run_id, checks=[GatewayFold])
 
 
 @pytest.fixture

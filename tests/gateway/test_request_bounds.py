@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from holedger.gateway.formats.anthropic import MESSAGES_BOUNDS
 from holedger.gateway.formats.responses import RESPONSES_BOUNDS
 from holedger.gateway.limits import CHAT_BOUNDS, MAX_OUTPUT_TOKENS, Bound
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, CountingUpstream, Env, close_env, make_terms, open_env
 

@@ -17,7 +17,7 @@ import pytest
 from holedger.gateway import call_events
 from holedger.gateway.fallback import UNRECORDABLE_CODE
 from holedger.gateway.recorder import EventWriter, Submission
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, close_env, completed_trial, make_terms, open_env
 
@@ -100,7 +100,7 @@ def test_a_batch_the_ledger_refuses_is_written_call_by_call(tmp_path: Path) -> N
         assert len(fallback_used) == 1 and writer.unbuildable == 1
         writer.close()
         env.ledger.close_run(env.run_id)
-        assert replay_run(env.ledger, env.run_id, projections=()).verified
+        assert replay_run(env.ledger, env.run_id, checks=()).verified
     finally:
         env.ledger.close()
 

@@ -205,7 +205,7 @@ def test_a_run_replays_without_parsing_its_checkpoints(
 ) -> None:
     """In an intact run, the chunk check parses no checkpoint the reference way."""
     from holedger.replay import chunks
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     key = SigningKey.generate("holedger-operator")
     ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", key, checkpoint_interval=4)
@@ -219,7 +219,7 @@ def test_a_run_replays_without_parsing_its_checkpoints(
             return reference(run, raw)
 
         monkeypatch.setattr(chunks, "_parsed", counting)
-        report = replay_run(ledger, run_id, projections=())
+        report = replay_run(ledger, run_id, checks=())
     finally:
         ledger.close()
     assert report.verified
@@ -229,7 +229,7 @@ def test_a_run_replays_without_parsing_its_checkpoints(
 
 def test_a_non_ascii_signature_blob_is_refused_not_a_crash() -> None:
     """A note whose signature line holds a non-ASCII character is a malformed note."""
-    from holedger.replay.engine import verify_records
+    from holedger.replay.runs import verify_records
 
     note = checkpoint()["note"]
     text, line = note.rsplit("\u2014 ", 1)
@@ -238,5 +238,5 @@ def test_a_non_ascii_signature_blob_is_refused_not_a_crash() -> None:
         parse_note(bad)
     raw = record(checkpoint(note=bad))
     assert not agree(raw)
-    report = verify_records(RUN, [raw], None, projections=())  # type: ignore[arg-type]
+    report = verify_records(RUN, [raw], None, checks=())  # type: ignore[arg-type]
     assert not report.verified

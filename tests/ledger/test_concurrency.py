@@ -26,7 +26,7 @@ from holedger.errors import LedgerConflictError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.sql import HoledgerApplicationRecorder
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .recorded_run import open_run
 from .workers import KEY_NAME, append_n, gateway_call
@@ -83,7 +83,7 @@ def test_four_processes_on_four_runs_lose_nothing(url: str, key: SigningKey) -> 
             ids = _call_ids(ledger, run_id)
             assert ids == Counter(f"w{i}-{n}" for n in range(PER_WRITER))
             ledger.close_run(run_id)
-            report = replay_run(ledger, run_id, projections=())
+            report = replay_run(ledger, run_id, checks=())
             assert report.verified, report.failures[:3]
     finally:
         ledger.close()
@@ -100,7 +100,7 @@ def test_two_processes_racing_on_one_run_never_fork(url: str, key: SigningKey) -
         seqs = [rec.seq for rec in ledger.records(run_id)]
         assert seqs == list(range(len(seqs)))
         ledger.close_run(run_id)
-        report = replay_run(ledger, run_id, projections=())
+        report = replay_run(ledger, run_id, checks=())
         assert report.verified, report.failures[:3]
     finally:
         ledger.close()
@@ -142,7 +142,7 @@ def test_a_failed_commit_raises_and_is_not_stored(
     assert [r.type for r in ledger.records(run_id)] == ["RunOpened"]  # nothing half-stored
     ledger.append(run_id, "GatewayCall", gateway_call("after"), "gateway")  # appending goes on
     ledger.close_run(run_id)
-    assert replay_run(ledger, run_id, projections=()).verified
+    assert replay_run(ledger, run_id, checks=()).verified
     ledger.close()
 
 
@@ -201,7 +201,7 @@ def test_blobs_are_stored_in_the_events_transaction(url: str, key: SigningKey) -
     first.append_many(run_id, [], blobs=[b"alone"])  # no events: the blobs still land
     assert first.has_blob(hashlib.sha256(b"alone").hexdigest())
     first.close_run(run_id)
-    report = replay_run(first, run_id, projections=())  # integrity: every blob is present
+    report = replay_run(first, run_id, checks=())  # integrity: every blob is present
     assert report.verified, report.failures
     first.close()
     second.close()

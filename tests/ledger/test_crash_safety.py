@@ -19,7 +19,7 @@ from pathlib import Path
 
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .recorded_run import open_run
 from .workers import KEY_NAME, append_batches_forever
@@ -29,7 +29,7 @@ RUNS = 6  # the writers rotate over a few runs, so each replay stays short
 
 
 def _check_run(ledger: Ledger, run_id: str) -> int:
-    report = replay_run(ledger, run_id, projections=())
+    report = replay_run(ledger, run_id, checks=())
     assert report.failed_checks() == ["closed"], report.failures[:3]
     assert {f.check for f in report.failures} == {"closed"}
     assert f"verified through seq {report.events - 1}" in report.failures[0].reason
@@ -83,7 +83,7 @@ def test_sigkilled_writer_never_tears_the_ledger(tmp_path: Path) -> None:
     try:
         for run_id in run_ids:
             final.close_run(run_id)
-            report = replay_run(final, run_id, projections=())
+            report = replay_run(final, run_id, checks=())
             assert report.verified, report.failures[:3]
     finally:
         final.close()

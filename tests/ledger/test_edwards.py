@@ -31,7 +31,7 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import ALG_ED25519, PublicKey, SigningKey, key_id_bytes
 from holedger.ledger.note import parse_vkey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import LedgerBlobs, verify_records
+from holedger.replay.runs import LedgerBlobs, verify_records
 from ledger.attacker import Row, resign_run
 from ledger.recorded_run import record_run
 
@@ -118,7 +118,7 @@ def test_replay_refuses_a_run_that_declares_a_small_order_key(tmp_path: Path) ->
         "public_key": base64.b64encode(weak).decode(),
     }
     records = resign_run(rows, key, declare={"gateway": declared})
-    report = verify_records(run_id, records, LedgerBlobs(ledger), projections=())
+    report = verify_records(run_id, records, LedgerBlobs(ledger), checks=())
     assert not report.verified
     first = report.failures[0]
     assert (first.seq, first.check) == (0, "keys")

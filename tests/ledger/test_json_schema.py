@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import EVENT_TYPES
 from holedger.schemas.export import SCHEMA_DIR, drift, expected_files, main
 
@@ -83,5 +83,5 @@ def test_a_float_payload_is_invalid_under_the_schema(recorded: tuple[Ledger, str
 
 def test_the_replay_report_validates(recorded: tuple[Ledger, str]) -> None:
     ledger, run_id = recorded
-    report = replay_run(ledger, run_id, projections=())
+    report = replay_run(ledger, run_id, checks=())
     _validator("ReplayReport").validate(report.model_dump(mode="json"))

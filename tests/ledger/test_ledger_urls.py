@@ -13,7 +13,7 @@ from holedger.errors import ConfigError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.sql import ledger_url
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from ledger.recorded_run import record_run
 
 KEY = SigningKey.generate("holedger-operator")
@@ -57,7 +57,7 @@ def test_plain_postgresql_urls_use_psycopg_3(pg_url: str) -> None:
         assert ledger.app.engine.dialect.driver == "psycopg"
         assert ledger.url == pg_url
         run_id = record_run(ledger, rounds=1)
-        assert replay_run(ledger, run_id, projections=()).verified
+        assert replay_run(ledger, run_id, checks=()).verified
     finally:
         ledger.close()
 

@@ -14,7 +14,7 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey, SigningKey
 from holedger.ledger.note import checkpoint_body, parse_checkpoint
 from holedger.ledger.records import sign_event
-from holedger.replay.engine import verify_records
+from holedger.replay.runs import verify_records
 from holedger.schemas.canonical import b64decode_strict
 
 KEY = SigningKey.from_seed("non-ascii-test", bytes(range(32)))
@@ -42,7 +42,7 @@ def test_a_signature_with_a_non_ascii_character_is_a_malformed_record() -> None:
     raw = rec.raw[:at] + "\u00e9".encode() + rec.raw[at + 2 :]
     with pytest.raises(VerificationError, match="signature is not base64"):
         parse_record(raw)
-    report = verify_records(RUN, [raw], None, projections=())
+    report = verify_records(RUN, [raw], None, checks=())
     assert not report.verified
     assert "signature is not base64" in report.failures[0].reason
 

@@ -27,7 +27,7 @@ from holedger.cli import cli
 from holedger.errors import ConfigError, LedgerConflictError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 from .recorded_run import open_run
 from .workers import KEY_NAME, gateway_call, open_writer
@@ -158,7 +158,7 @@ def test_global_id_gaps_are_not_deletions(pg_url: str) -> None:
         ids = _global_ids(first, run_id)
         gaps = [b - a for a, b in itertools.pairwise(ids) if b - a > 1]
         assert gaps and max(gaps) > 1000
-        report = replay_run(first, run_id, projections=())
+        report = replay_run(first, run_id, checks=())
         assert report.verified, report.failures[:3]
         assert [r.seq for r in first.records(run_id)] == list(range(len(ids)))
     finally:

@@ -20,7 +20,7 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.merkle import MerkleFrontier, leaf_hash, root_from_leaf_hashes
 from holedger.ledger.records import record_bytes, sign_event, signed_bytes
-from holedger.replay.engine import verify_records
+from holedger.replay.runs import verify_records
 from holedger.schemas.canonical import (
     MAX_SAFE_INTEGER,
     canonical_json,
@@ -253,7 +253,7 @@ class _NoBlobs:
 
 
 def _integrity_failures(records: list[bytes]) -> set[str]:
-    report = verify_records(RUN_ID, records, _NoBlobs(), projections=())
+    report = verify_records(RUN_ID, records, _NoBlobs(), checks=())
     return set(report.failed_checks()) & INTEGRITY
 
 
@@ -335,7 +335,7 @@ def test_unknown_event_types_and_schema_versions_fail(change: str) -> None:
         "payload": {"candidate": "c"},
     }
     record = sign_envelope(KEY, envelope, canonical_json(envelope))
-    report = verify_records(RUN_ID, [*CHAIN, record.raw], _NoBlobs(), projections=())
+    report = verify_records(RUN_ID, [*CHAIN, record.raw], _NoBlobs(), checks=())
     assert "schema" in report.failed_checks()
     failure = next(f for f in report.failures if f.check == "schema")
     assert failure.seq == last.seq + 1

@@ -8,7 +8,7 @@ import pytest
 
 from holedger.errors import UsageError
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import CandidateNominated
 
 from .recorded_run import open_run, task_terms
@@ -38,7 +38,7 @@ def test_appending_under_another_spelling_is_refused(sqlite_ledger: Ledger) -> N
     with pytest.raises(UsageError, match="not a holedger run id"):
         sqlite_ledger.append(run_id.upper(), "CandidateNominated", event, "server")
     sqlite_ledger.close_run(run_id, reason="completed", summary={})
-    report = replay_run(sqlite_ledger, run_id, projections=())
+    report = replay_run(sqlite_ledger, run_id, checks=())
     assert report.verified and report.events == 3  # RunOpened, RunClosed, its checkpoint
 
 

@@ -19,8 +19,8 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.records import sign_event
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run, verify_records
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import replay_run, verify_records
 
 from .attacker import Attacker, Row, flip, resign_run
 from .recorded_run import CHECKPOINT_INTERVAL, MemoryBlobs, record_run
@@ -43,8 +43,8 @@ class Recorded:
     key: SigningKey
 
     def replay(self, **kwargs: object) -> ReplayReport:
-        """Replay with the integrity checks only (projections are other tests' business)."""
-        kwargs.setdefault("projections", ())
+        """Replay with the integrity checks only (the other checks are other tests' business)."""
+        kwargs.setdefault("checks", ())
         return replay_run(self.ledger, self.run_id, **kwargs)  # type: ignore[arg-type]
 
     def seq_of(self, event_type: str, nth: int = 0) -> int:
@@ -134,7 +134,7 @@ def test_one_flipped_byte_in_every_stored_event_is_named(run: Recorded) -> None:
     for index, raw in enumerate(stored):
         tampered = list(stored)
         tampered[index] = flip(raw, _payload_position(raw))
-        report = verify_records(run.run_id, tampered, blobs, projections=())
+        report = verify_records(run.run_id, tampered, blobs, checks=())
         assert not report.verified, index
         first = report.failures[0]
         assert first.seq == index, (index, report.failures[:3])
@@ -153,7 +153,7 @@ def test_flipped_signature_and_envelope_bytes_fail_the_run(run: Recorded) -> Non
         for position, exact in ((_signature_position(raw), True), (rng.randrange(len(raw)), False)):
             tampered = list(stored)
             tampered[index] = flip(raw, position)
-            report = verify_records(run.run_id, tampered, blobs, projections=())
+            report = verify_records(run.run_id, tampered, blobs, checks=())
             assert not report.verified, (index, position)
             if exact:
                 assert report.failures[0].seq == index
@@ -305,4 +305,4 @@ def test_unknown_run_is_not_found(run: Recorded, tmp_path: Path) -> None:
     from holedger.errors import NotFoundError
 
     with pytest.raises(NotFoundError):
-        replay_run(run.ledger, "00000000-0000-4000-8000-000000000000", projections=())
+        replay_run(run.ledger, "00000000-0000-4000-8000-000000000000", checks=())

@@ -35,8 +35,8 @@ from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.records import sign_envelope
 from holedger.ledger.store import Ledger
 from holedger.replay import chunks, parallel
-from holedger.replay.engine import LedgerBlobs, verify_records
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import LedgerBlobs, verify_records
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.types import ZERO_HASH
 from replay.worker_jobs import count_worker_jobs
@@ -59,7 +59,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[bytes], 
                 found[value] = ledger.get_blob(value)
     blobs = Blobs(found)
     # The in-memory blobs are the ledger's own: the same report either way.
-    assert verify_records(run_id, records, LedgerBlobs(ledger), projections=()).verified
+    assert verify_records(run_id, records, LedgerBlobs(ledger), checks=()).verified
     ledger.close()
     return run_id, records, blobs, other
 
@@ -74,7 +74,7 @@ def replays(
 ) -> ReplayReport:
     """Replay four ways (two without ``workers``); assert the reports are equal; return
     the reference report."""
-    kw.setdefault("projections", ())
+    kw.setdefault("checks", ())
     reference = verify_records(run_id, records, blobs, fast=False, **kw)
     # Chunks of 7 records: chunk edges fall everywhere, and a checkpoint every 16 events
     # lands at every offset in a chunk over a run.
@@ -154,11 +154,11 @@ def test_intact_run_verifies_every_way(stored: Any, monkeypatch: pytest.MonkeyPa
     assert report.verified and report.events == len(records)
 
 
-def test_intact_run_with_projections_gives_the_same_report(
+def test_intact_run_with_every_check_gives_the_same_report(
     stored: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id, records, blobs, _ = stored
-    report = replays(run_id, records, blobs, monkeypatch, projections=None)
+    report = replays(run_id, records, blobs, monkeypatch, checks=None)
     assert {c["name"] for c in report.to_json()["checks"]} >= {"budget", "scores", "disclosure"}
 
 
@@ -254,7 +254,7 @@ def test_missing_and_altered_blobs(
     stored: Any, field: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A blob of each kind (a trial's, a gateway call's, a safety violation's) missing or
-    altered, with and without projections (which must stop where the reference pass's
+    altered, with and without the checks (which must stop where the reference pass's
     do: before the event whose blob failed)."""
     run_id, records, blobs, _ = stored
     named = [parse_record(raw).payload.get(field) for raw in records]
@@ -264,8 +264,8 @@ def test_missing_and_altered_blobs(
     missing = Blobs({d: b for d, b in blobs.blobs.items() if d != digest})
     altered = Blobs(dict(blobs.blobs, **{digest: b"something else"}))
     for damaged in (missing, altered):
-        for projections in ((), None):
-            report = replays(run_id, records, damaged, monkeypatch, projections=projections)
+        for checks in ((), None):
+            report = replays(run_id, records, damaged, monkeypatch, checks=checks)
             assert "blobs" in report.failed_checks()
             first = next(f for f in report.failures if f.check == "blobs")
             assert first.seq == named.index(digest)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from holedger.replay.engine import _no_cyclic_gc, verify_records
+from holedger.replay.engine import _no_cyclic_gc, verify_log
 
 
 @pytest.fixture
@@ -52,5 +52,5 @@ def test_replay_restores_the_collector_even_when_it_fails(gc_enabled: None) -> N
         raise RuntimeError("the source broke")
 
     with pytest.raises(RuntimeError):
-        verify_records("5cc5c15a-c7bd-4381-be43-6f071cd22836", records(), _NoBlobs())
+        verify_log("5cc5c15a-c7bd-4381-be43-6f071cd22836", records(), _NoBlobs(), (), None)
     assert gc.isenabled()

@@ -15,8 +15,8 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay import parallel
-from holedger.replay.engine import LedgerBlobs, replay_run, verify_records
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import LedgerBlobs, replay_run, verify_records
 from replay.worker_jobs import count_worker_jobs
 
 
@@ -37,14 +37,14 @@ def _both(
     monkeypatch.setattr(parallel, "CHUNK", 7)  # many chunks, so ordering across them counts
     monkeypatch.setattr(parallel, "LOCAL_CHUNK", 7)
     blobs = LedgerBlobs(ledger)
-    one = verify_records(run_id, records, blobs, projections=(), **kw)  # type: ignore[arg-type]
-    two = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
+    one = verify_records(run_id, records, blobs, checks=(), **kw)  # type: ignore[arg-type]
+    two = verify_records(run_id, records, blobs, checks=(), workers=2, **kw)  # type: ignore[arg-type]
     # Every chunk verified here, and nearly every chunk sent to the worker: the same
     # report too.
     for waiting in (0, 64):
         monkeypatch.setattr(parallel, "WAITING_PER_WORKER", waiting)
         sent = count_worker_jobs(monkeypatch)
-        again = verify_records(run_id, records, blobs, projections=(), workers=2, **kw)  # type: ignore[arg-type]
+        again = verify_records(run_id, records, blobs, checks=(), workers=2, **kw)  # type: ignore[arg-type]
         assert again == two
         assert bool(sent) == (waiting > 0 and opens)
     return one, two
@@ -89,20 +89,20 @@ def test_replay_run_accepts_workers(
     stored: tuple[Ledger, str, list[bytes]], tmp_path: Path
 ) -> None:
     ledger, run_id, _ = stored
-    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    assert replay_run(ledger, run_id, checks=(), workers=2).verified
 
 
 def test_worker_processes_are_kept_and_replaced_when_gone(
     stored: tuple[Ledger, str, list[bytes]],
 ) -> None:
     ledger, run_id, _ = stored
-    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    assert replay_run(ledger, run_id, checks=(), workers=2).verified
     (worker,) = parallel._POOL.workers
-    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    assert replay_run(ledger, run_id, checks=(), workers=2).verified
     assert parallel._POOL.workers == [worker]  # the same process, reused
     worker.process.kill()
     worker.process.wait()
-    assert replay_run(ledger, run_id, projections=(), workers=2).verified
+    assert replay_run(ledger, run_id, checks=(), workers=2).verified
     assert parallel._POOL.workers and parallel._POOL.workers[0] is not worker
 
 
@@ -120,11 +120,11 @@ def test_replays_in_two_threads_at_once(stored: tuple[Ledger, str, list[bytes]])
     """One replay takes the kept workers; one started meanwhile starts its own."""
     ledger, run_id, records = stored
     blobs = LedgerBlobs(ledger)
-    reference = verify_records(run_id, records, blobs, projections=(), fast=False)
+    reference = verify_records(run_id, records, blobs, checks=(), fast=False)
     reports: list[ReplayReport] = []
 
     def replay() -> None:
-        reports.append(verify_records(run_id, records, blobs, projections=(), workers=2))
+        reports.append(verify_records(run_id, records, blobs, checks=(), workers=2))
 
     threads = [threading.Thread(target=replay) for _ in range(2)]
     for thread in threads:
@@ -173,7 +173,7 @@ def test_a_module_planted_where_replay_runs_is_not_imported_by_workers(
     monkeypatch.setattr(parallel, "WAITING_PER_WORKER", 64)
     sent = count_worker_jobs(monkeypatch)
     try:
-        report = verify_records(run_id, forged, LedgerBlobs(ledger), projections=(), workers=2)
+        report = verify_records(run_id, forged, LedgerBlobs(ledger), checks=(), workers=2)
     finally:
         parallel._POOL.discard()
     assert not marker.exists()

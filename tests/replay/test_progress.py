@@ -22,14 +22,14 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay import bundle as bundle_module
 from holedger.replay.bundle import export_bundle, verify_bundle
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from replay.task_run import closed_task_run
 
 
 @pytest.fixture()
 def recorded(tmp_path: Path) -> Iterator[tuple[Ledger, str, Path]]:
     """A ledger holding a closed run of 219 events (integrity checks only: its
-    projections are other tests' business), and the run's bundle."""
+    other checks are other tests' business), and the run's bundle."""
     ledger = Ledger.open(
         f"sqlite:///{tmp_path / 'ledger.db'}",
         SigningKey.generate("holedger-operator"),
@@ -65,7 +65,7 @@ def test_replay_reports_its_progress_up_to_the_whole_run(
     monkeypatch.setattr(store, "READ_BATCH", 25)
     seen: list[tuple[int, int]] = []
     report = replay_run(
-        ledger, run_id, projections=(), progress=lambda done, total: seen.append((done, total))
+        ledger, run_id, checks=(), progress=lambda done, total: seen.append((done, total))
     )
     assert report.verified and report.events == events
     assert [done for done, _ in seen] == [50, 100, 150, 200, 219]
@@ -80,7 +80,7 @@ def test_bundle_verification_reports_its_progress(
     monkeypatch.setattr(bundle_module, "PROGRESS_EVERY", 100)
     seen: list[tuple[int, int]] = []
     report = verify_bundle(
-        bundle, projections=(), progress=lambda done, total: seen.append((done, total))
+        bundle, checks=(), progress=lambda done, total: seen.append((done, total))
     )
     assert report.verified, report.failures
     assert seen == [(100, events), (200, events), (events, events)]

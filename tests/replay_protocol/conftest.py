@@ -10,8 +10,9 @@ import pytest
 
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import LedgerBlobs, replay_run, verify_records
+from holedger.replay.inputs import CheckInputs
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import LedgerBlobs, replay_run, verify_records
 
 from .runs import task_data
 
@@ -26,9 +27,9 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 @pytest.fixture
 def replay(ledger: Ledger) -> Callable[..., ReplayReport]:
-    def run(run_id: str, **extra: Any) -> ReplayReport:
-        extra.setdefault("task_data", task_data())
-        return replay_run(ledger, run_id, extra=extra)
+    def run(run_id: str, **given: Any) -> ReplayReport:
+        given.setdefault("task_data", task_data())
+        return replay_run(ledger, run_id, inputs=CheckInputs(**given))
 
     return run
 
@@ -49,8 +50,7 @@ def replay_redacted(ledger: Ledger) -> Callable[[str], ReplayReport]:
 
     def run(run_id: str) -> ReplayReport:
         records = (raw for _, raw in ledger.raw_records(run_id))
-        return verify_records(
-            run_id, records, RedactedBlobs(ledger), extra={"task_data": task_data()}
-        )
+        inputs = CheckInputs(task_data=task_data())
+        return verify_records(run_id, records, RedactedBlobs(ledger), inputs=inputs)
 
     return run

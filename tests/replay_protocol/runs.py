@@ -19,8 +19,8 @@ from sample_terms import task_terms
 from holedger.errors import PolicyError
 from holedger.ledger.store import Ledger
 from holedger.protocol import rules
+from holedger.replay.inputs import CaseData, TaskData
 from holedger.replay.report import ReplayReport
-from holedger.replay.taskdata import CaseData, TaskData
 from holedger.schemas.events import (
     CandidateCommitted,
     CandidateNominated,

@@ -155,7 +155,9 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     from ledger.attacker import forge_signature
 
     from holedger.ledger.fastpath import parse_record
-    from holedger.replay.engine import CHECKS, LedgerBlobs, verify_records
+    from holedger.replay.engine import CHECKS
+    from holedger.replay.inputs import CheckInputs
+    from holedger.replay.runs import LedgerBlobs, verify_records
 
     from .runs import task_data
 
@@ -163,13 +165,13 @@ def test_after_a_break_every_later_judgement_says_it_covers_the_intact_part_only
     honest_search(writer, SEED, CAND)
     honest_finish(writer, CAND)
     records = [raw for _, raw in ledger.raw_records(writer.run_id)]
-    extra = {"task_data": task_data()}
-    intact = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
+    inputs = CheckInputs(task_data=task_data())
+    intact = verify_records(writer.run_id, records, LedgerBlobs(ledger), inputs=inputs)
     assert intact.verified and not any("[judged" in c.detail for c in intact.checks)
     types = [parse_record(raw).type for raw in records]
     at = len(records) // 2 if where == "middle" else types.index("TrialCompleted")
     records[at] = forge_signature(records[at])
-    report = verify_records(writer.run_id, records, LedgerBlobs(ledger), extra=extra)
+    report = verify_records(writer.run_id, records, LedgerBlobs(ledger), inputs=inputs)
     integrity = {name for name, _ in CHECKS}
     # Not about the log's content, so not limited to its intact part either.
     assert next(c.detail for c in report.checks if c.name == "keys_pinned").startswith("no ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,10 @@ from holedger.config import Settings
 from holedger.errors import BudgetExceededError
 from holedger.ledger.fastpath import parse_record
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.inputs import CaseData as ReplayCase
+from holedger.replay.inputs import CheckInputs, TaskData
 from holedger.replay.report import ReplayReport
-from holedger.replay.taskdata import CaseData as ReplayCase
-from holedger.replay.taskdata import TaskData
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget, TaskTerms
 from holedger.server.candidates import seed_commit_id
 from holedger.server.service import RunService
@@ -153,8 +154,8 @@ def server_run(
 def _replay(settings: Settings, task: ServerTask, run_id: str) -> ReplayReport:
     ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
     try:
-        extra = {"task_data": _task_data(task), "run_repo": settings.run_repo(run_id)}
-        return replay_run(ledger, run_id, extra=extra)
+        inputs = CheckInputs(task_data=_task_data(task), run_repo=settings.run_repo(run_id))
+        return replay_run(ledger, run_id, inputs=inputs)
     finally:
         ledger.close()
 
@@ -242,7 +243,7 @@ def test_a_key_holder_who_changes_a_held_out_score_is_caught_by_rescoring(
 
     from holedger.ledger.keys import SigningKey
     from holedger.protocol import rules
-    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.runs import LedgerBlobs, verify_records
     from holedger.schemas.canonical import rational_to_str
 
     settings, task, info = server_run
@@ -287,9 +288,9 @@ def test_a_key_holder_who_changes_a_held_out_score_is_caught_by_rescoring(
             return payload
 
         forged = resign_run(rows, key, edit=raise_it)
-        extra = {"task_data": _task_data(task), "run_repo": settings.run_repo(info["run_id"])}
+        inputs = CheckInputs(task_data=_task_data(task), run_repo=settings.run_repo(info["run_id"]))
         report = verify_records(
-            info["run_id"], forged, LedgerBlobs(ledger), trusted_keys=[key.public], extra=extra
+            info["run_id"], forged, LedgerBlobs(ledger), trusted_keys=[key.public], inputs=inputs
         )
     finally:
         ledger.close()
@@ -314,6 +315,8 @@ def _records(ledger: Ledger, run_id: str) -> list[Any]:
 class _Given:
     """A baseline source holding one replayed run, as ``verify --baseline`` gives one."""
 
+    given = True
+
     def __init__(self, found: Any) -> None:
         self.found = found
 
@@ -321,19 +324,15 @@ class _Given:
         return self.found
 
 
-def _replayed(ledger: Ledger, run_id: str, records: list[bytes], extra: dict[str, Any]) -> Any:
+def _replayed(ledger: Ledger, run_id: str, records: list[bytes], inputs: CheckInputs) -> Any:
     """``records`` replayed as a baseline run is (every check, facts captured)."""
     from holedger.replay.checks import CHECKS
-    from holedger.replay.checks.baseline import EXTRA_KEY, baseline_run, capturing
-    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.checks.baseline import baseline_run, capturing
+    from holedger.replay.runs import LedgerBlobs, verify_records
 
-    projections, facts = capturing(CHECKS)
+    checks, facts = capturing(CHECKS)
     report = verify_records(
-        run_id,
-        records,
-        LedgerBlobs(ledger),
-        projections=projections,
-        extra={**extra, EXTRA_KEY: None},
+        run_id, records, LedgerBlobs(ledger), checks=checks, inputs=inputs.for_baseline()
     )
     return baseline_run(run_id, report, facts)
 
@@ -366,13 +365,12 @@ def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
 
     from holedger.ledger.keys import SigningKey
     from holedger.protocol import rules
-    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
-    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.runs import LedgerBaselines, LedgerBlobs, verify_records
     from holedger.schemas.canonical import rational_to_str
 
     settings, task, info = server_run
     key = SigningKey.load(settings.key_path)
-    extra: dict[str, Any] = {"task_data": _task_data(task)}
+    inputs = CheckInputs(task_data=_task_data(task))
     ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
     try:
         rows = _records(ledger, info["run_id"])
@@ -401,7 +399,7 @@ def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
             forged,
             LedgerBlobs(ledger),
             trusted_keys=[key.public],
-            extra={**extra, EXTRA_KEY: LedgerBaselines(ledger, [key.public], extra)},
+            inputs=replace(inputs, baselines=LedgerBaselines(ledger, [key.public], inputs)),
         )
     finally:
         ledger.close()
@@ -428,12 +426,11 @@ def test_pins_only_a_rewritten_log_can_hold_fail_and_an_unnamed_one_warns(
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
-    from holedger.replay.checks.baseline import EXTRA_KEY, LedgerBaselines
-    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.runs import LedgerBaselines, LedgerBlobs, verify_records
 
     settings, task, info = server_run
     key = SigningKey.load(settings.key_path)
-    extra: dict[str, Any] = {"task_data": _task_data(task)}
+    inputs = CheckInputs(task_data=_task_data(task))
     reports = {}
     ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
     try:
@@ -456,15 +453,15 @@ def test_pins_only_a_rewritten_log_can_hold_fail_and_an_unnamed_one_warns(
 
             forged = resign_run(rows, key, edit=pin)
             if name == "itself":  # the ledger's copy of the run is the forged one here
-                source: Any = _Given(_replayed(ledger, target, forged, extra))
+                source: Any = _Given(_replayed(ledger, target, forged, inputs))
             else:
-                source = LedgerBaselines(ledger, [key.public], extra)
+                source = LedgerBaselines(ledger, [key.public], inputs)
             reports[name] = verify_records(
                 info["run_id"],
                 forged,
                 LedgerBlobs(ledger),
                 trusted_keys=[key.public],
-                extra={**extra, EXTRA_KEY: source},
+                inputs=replace(inputs, baselines=source),
             )
     finally:
         ledger.close()
@@ -510,7 +507,6 @@ def test_a_substituted_baseline_run_is_caught(
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
-    from holedger.replay.checks.baseline import EXTRA_KEY
 
     settings, task, info = server_run
     operator = SigningKey.load(settings.key_path)
@@ -527,7 +523,7 @@ def test_a_substituted_baseline_run_is_caught(
             return json.loads(json.dumps(payload).replace(info["seed"], "ab" * 20))
         return payload
 
-    extra: dict[str, Any] = {"task_data": _task_data(task)}
+    inputs = CheckInputs(task_data=_task_data(task))
     ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
     try:
         baseline = info["baseline_run_id"]
@@ -535,9 +531,10 @@ def test_a_substituted_baseline_run_is_caught(
         if forgery == "truncated":  # cut before its RunScored
             [scored_at] = [i for i, r in enumerate(forged) if b'"type":"RunScored"' in r]
             forged = forged[:scored_at]
-        found = _replayed(ledger, baseline, forged, extra)
+        found = _replayed(ledger, baseline, forged, inputs)
         assert found.report.verified == (forgery != "truncated"), found.report.failures
-        report = replay_run(ledger, info["run_id"], extra={**extra, EXTRA_KEY: _Given(found)})
+        given = replace(inputs, baselines=_Given(found))
+        report = replay_run(ledger, info["run_id"], inputs=given)
     finally:
         ledger.close()
     assert report.failed_checks() == ["baseline"], report.failures
@@ -736,7 +733,7 @@ def test_a_seed_baseline_run_must_score_the_seed_against_itself(
     from ledger.attacker import resign_run
 
     from holedger.ledger.keys import SigningKey
-    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.runs import LedgerBlobs, verify_records
 
     settings, task, info = server_run
     key = SigningKey.load(settings.key_path)
@@ -753,11 +750,11 @@ def test_a_seed_baseline_run_must_score_the_seed_against_itself(
             baseline,
             resign_run(_records(ledger, baseline), key),
             LedgerBlobs(ledger),
-            extra={"task_data": _task_data(task)},
+            inputs=CheckInputs(task_data=_task_data(task)),
         )
         forged = resign_run(_records(ledger, baseline), key, edit=lower)
         report = verify_records(
-            baseline, forged, LedgerBlobs(ledger), extra={"task_data": _task_data(task)}
+            baseline, forged, LedgerBlobs(ledger), inputs=CheckInputs(task_data=_task_data(task))
         )
     finally:
         ledger.close()

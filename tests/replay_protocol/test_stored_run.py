@@ -11,7 +11,8 @@ import pytest
 
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import LedgerBlobs, replay_run, verify_records
+from holedger.replay.inputs import CheckInputs
+from holedger.replay.runs import LedgerBlobs, replay_run, verify_records
 
 from .runs import task_data
 
@@ -44,7 +45,9 @@ def test_a_run_stored_before_codes_verifies_from_its_database(tmp_path: Path, fa
     shutil.copy(FIXTURE / "ledger.db", db)
     ledger = Ledger.open(f"sqlite:///{db}", create_tables=False)
     try:
-        report = replay_run(ledger, RUN_ID, trusted_keys=[_key()], extra={"task_data": task_data()})
+        report = replay_run(
+            ledger, RUN_ID, trusted_keys=[_key()], inputs=CheckInputs(task_data=task_data())
+        )
         assert report.verified, report.failures
         budget = next(c for c in report.checks if c.name == "budget")
         assert budget.ok and "2 rejected" in budget.detail
@@ -54,7 +57,7 @@ def test_a_run_stored_before_codes_verifies_from_its_database(tmp_path: Path, fa
             _records(),
             LedgerBlobs(ledger),
             trusted_keys=[_key()],
-            extra={"task_data": task_data()},
+            inputs=CheckInputs(task_data=task_data()),
             fast=fast,
         )
         assert again.verified, again.failures
@@ -77,7 +80,7 @@ def test_a_refusal_text_changed_in_the_stored_run_is_caught(tmp_path: Path) -> N
             records,
             LedgerBlobs(ledger),
             trusted_keys=[_key()],
-            extra={"task_data": task_data()},
+            inputs=CheckInputs(task_data=task_data()),
         )
     finally:
         ledger.close()

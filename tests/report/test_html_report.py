@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
 from holedger.replay.html import SECTION_IDS, build_report, collect_run, write_report
+from holedger.replay.runs import replay_run
 
 from .html_checks import page_problems, parse_page
 from .rich_run import record_rich_run

@@ -20,9 +20,9 @@ from holedger.demo.run import DemoSummary, print_summary
 from holedger.ledger.attest import attest
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
 from holedger.replay.html import build_report
 from holedger.replay.report import CheckResult, ReplayReport
+from holedger.replay.runs import replay_run
 
 DECIMAL = re.compile(r"^-?\d\.\d{3}$")
 

@@ -16,8 +16,8 @@ from holedger.config import Settings
 from holedger.errors import UsageError
 from holedger.ledger.store import Ledger
 from holedger.output import console, table
-from holedger.replay.engine import replay_run
 from holedger.replay.html import build_report
+from holedger.replay.runs import replay_run
 from holedger.sandboxes.spec import Backend, Limits, Observation, SandboxSpec
 from holedger.schemas.events import SafetyViolation
 from holedger.schemas.untrusted import escape_text, is_safe

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.server.candidates import FileEntry, read_directory
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask

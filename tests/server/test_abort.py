@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from holedger.analysis.gains import collect
 from holedger.cli import cli
 from holedger.errors import PolicyError, UsageError
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.server.lifecycle import abort_run
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask

@@ -25,7 +25,7 @@ from holedger.config import Settings
 from holedger.errors import PolicyError, Unavailable
 from holedger.gateway.tokens import tokens_table
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import TrialCompleted
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask

@@ -20,7 +20,7 @@ from holedger.gateway.tokens import TokenRegistry
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.sandboxes.runtime import build_runtime
 from holedger.schemas.events import GatewayCall
 from holedger.tasks import load_task
@@ -87,7 +87,7 @@ def test_a_variant_runs_as_a_trial_through_the_gateway(tmp_path: Path, variant: 
         )
         assert any(c.status == 200 and c.tokens.total > 0 for c in calls)  # type: ignore[union-attr]
         ledger.close_run(run_id)
-        report = replay_run(ledger, run_id, projections=[GatewayFold])
+        report = replay_run(ledger, run_id, checks=[GatewayFold])
         assert report.verified, report.failed_checks()
     finally:
         server.stop()

@@ -1,8 +1,9 @@
 """The replay checks, registered here and nowhere else: each re-derives one aspect of a run.
 
-Each check is a fold: built per replayed run from a ReplayContext, sees every verified event
-in order (``apply``) and reports named checks, failures and a section (``finish``).
-Rooms add theirs by appending a factory to CHECKS.
+Each check is a fold: built per replayed run from a ReplayContext whose inputs are a
+CheckInputs (holedger.replay.inputs), sees every verified event in order (``apply``) and
+reports named checks, failures and a section (``finish``). Rooms add theirs by appending
+a factory to CHECKS.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from holedger.replay.checks.reads import ReadsFold
 from holedger.replay.checks.rescore import RescoreFold
 from holedger.replay.checks.safety import SafetyFold
 from holedger.replay.checks.scores import ScoresFold
-from holedger.replay.engine import FoldFactory
+from holedger.replay.inputs import CheckFactory
 
-CHECKS: list[FoldFactory] = [SafetyFold]
+CHECKS: list[CheckFactory] = [SafetyFold]
 CHECKS += [
     OrderFold,
     BudgetFold,

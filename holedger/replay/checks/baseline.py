@@ -15,28 +15,26 @@ and compares:
 * its ``RunScored``: K and E(H+) equal the pinned ``k`` and ``e_h0`` (and this run's K),
   and the digest of its per-case scores (``rules.per_case_digest``) the pinned one.
 
-Where the baseline run comes from is the caller's: ``replay`` reads it from the same
-ledger (:class:`LedgerBaselines`), ``verify`` from the bundle given with ``--baseline``
-(:class:`BundleBaselines`). Without the baseline bundle, the check is a warning that says
-so and what to give; the verdict does not depend on it. A mismatch fails the verdict, and
-so do what only a rewritten log can hold: a scored run (not itself a baseline run) with
-no pinned baseline, and, replayed from a ledger, a pinned baseline run that is not in it
-(the server pins only runs of its own ledger). A pin that names no run (only a hand-made
+Where the baseline run comes from is the caller's, who hands the check a way to replay it
+(``CheckInputs.baselines``, a :class:`~holedger.replay.inputs.BaselineSource`): ``replay``
+reads it from the same ledger (holedger.replay.runs.LedgerBaselines), ``verify`` from the
+bundle given with ``--baseline`` (BundleBaselines, beside the bundle verifier). Without
+the baseline bundle, the check is a warning that says so and what to give; the verdict
+does not depend on it. A mismatch fails the verdict, and so do what only a rewritten log
+can hold: a scored run (not itself a baseline run) with no pinned baseline, and, replayed
+from a ledger, a pinned baseline run that is not in it (the server pins only runs of its
+own ledger). A pin that names no run (only a hand-made
 log has one) is a warning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, cast
 
-from holedger.errors import HoledgerError
-from holedger.ledger.keys import PublicKey
 from holedger.ledger.records import Record
 from holedger.protocol import rules
-from holedger.replay.engine import FoldFactory, ReplayContext
+from holedger.replay.inputs import BaselineRun, CheckContext, CheckFactory, Unavailable
 from holedger.replay.report import ReplayReport, ReportBuilder, score_text
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
@@ -48,176 +46,64 @@ from holedger.schemas.events import (
 )
 
 CHECK = "baseline"
-EXTRA_KEY = "baselines"
 
 
-@dataclass(frozen=True)
-class BaselineRun:
-    """What the check needs of a baseline run, taken while that run was replayed."""
+@dataclass
+class Captured:
+    """What the baseline check reads of a replayed baseline run, filled in as it replays."""
 
-    run_id: str
-    report: ReplayReport
-    opened: RunOpened | None
-    seed: str | None
-    scored: RunScored | None
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """Why a baseline run cannot be had; ``fails`` when that is itself a fault of the log
-    (a home's ledger always holds the baseline runs its runs pin), not a missing file."""
-
-    reason: str
-    fails: bool = False
-
-
-class BaselineSource(Protocol):
-    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
-        """The replayed baseline run ``run_id``, or why it cannot be had."""
+    opened: RunOpened | None = None
+    seed: str | None = None  # the candidate of its CandidateCommitted index 0
+    scored: RunScored | None = None  # its first RunScored
 
 
 class _Capture:
-    """A projection that keeps what the baseline check reads of a replayed run."""
+    """A fold that fills in a :class:`Captured` while a baseline run is replayed."""
 
     name = "baseline_capture"
 
-    def __init__(self, ctx: ReplayContext, into: dict[str, object]) -> None:
+    def __init__(self, ctx: CheckContext, into: Captured) -> None:
         self.into = into
-        into["opened"] = ctx.opened
+        into.opened = ctx.opened
 
     def apply(self, rec: Record, payload: Model) -> None:
         if isinstance(payload, CandidateCommitted) and payload.index == 0:
-            self.into.setdefault("seed", payload.candidate)
-        elif isinstance(payload, RunScored):
-            self.into.setdefault("scored", payload)
+            if self.into.seed is None:
+                self.into.seed = payload.candidate
+        elif isinstance(payload, RunScored) and self.into.scored is None:
+            self.into.scored = payload
 
     def finish(self, out: ReportBuilder) -> None:
         return None
 
 
-def capturing(
-    projections: Sequence[FoldFactory],
-) -> tuple[list[FoldFactory], dict[str, object]]:
-    """``projections`` plus one that captures a baseline run's facts into the dict returned."""
-    facts: dict[str, object] = {}
+def capturing(checks: Sequence[CheckFactory]) -> tuple[list[CheckFactory], Captured]:
+    """``checks`` plus a fold that captures a baseline run's facts into what is returned."""
+    facts = Captured()
 
-    def capture(ctx: ReplayContext) -> _Capture:
+    def capture(ctx: CheckContext) -> _Capture:
         return _Capture(ctx, facts)
 
-    return [*projections, capture], facts
+    return [*checks, capture], facts
 
 
-def baseline_run(run_id: str, report: ReplayReport, facts: dict[str, object]) -> BaselineRun:
-    opened = facts.get("opened")
-    seed = facts.get("seed")
-    scored = facts.get("scored")
+def baseline_run(run_id: str, report: ReplayReport, facts: Captured) -> BaselineRun:
     return BaselineRun(
-        run_id=run_id,
-        report=report,
-        opened=opened if isinstance(opened, RunOpened) else None,
-        seed=seed if isinstance(seed, str) else None,
-        scored=scored if isinstance(scored, RunScored) else None,
+        run_id=run_id, report=report, opened=facts.opened, seed=facts.seed, scored=facts.scored
     )
-
-
-# What a baseline run's own replay takes from the replay of the run that pins it: where the
-# task is (for re-scoring and the leakage audit) and the home (for its candidate repository).
-SHARED_EXTRA = ("task", "task_data", "settings")
-
-
-class LedgerBaselines:
-    """Baseline runs read from the ledger the run itself is in (each replayed once)."""
-
-    def __init__(
-        self,
-        ledger: object,
-        trusted_keys: Sequence[PublicKey],
-        extra: Mapping[str, object] | None = None,
-    ) -> None:
-        self.ledger = ledger
-        self.trusted_keys = list(trusted_keys)
-        self.extra = {k: v for k, v in (extra or {}).items() if k in SHARED_EXTRA}
-        self._seen: dict[str, BaselineRun | Unavailable] = {}
-
-    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
-        if run_id not in self._seen:
-            self._seen[run_id] = self._replay(run_id)
-        return self._seen[run_id]
-
-    def _replay(self, run_id: str) -> BaselineRun | Unavailable:
-        from holedger.ledger.store import Ledger
-        from holedger.replay.checks import CHECKS
-        from holedger.replay.engine import replay_run
-
-        assert isinstance(self.ledger, Ledger)
-        # The server pins only baseline runs of its own ledger: one that is not there (or
-        # an id that is no run id at all) is a fault of the log, not a file to ask for.
-        try:
-            stored = self.ledger.stored_count(run_id)
-        except HoledgerError as exc:
-            return Unavailable(f"the pinned baseline run id is unusable: {exc.message}", True)
-        if not stored:
-            return Unavailable(f"the pinned baseline run {run_id} is not in this ledger", True)
-        projections, facts = capturing(CHECKS)
-        report = replay_run(
-            self.ledger,
-            run_id,
-            trusted_keys=self.trusted_keys,
-            projections=projections,
-            extra={**self.extra, EXTRA_KEY: None},  # its own pin, if any, is not followed
-        )
-        return baseline_run(run_id, report, facts)
-
-
-class BundleBaselines:
-    """The baseline run in a bundle file given with ``verify --baseline``: it is verified
-    when first asked for (an unreadable file raises the bundle's error, naming the file)."""
-
-    given = True  # named by the user: the check says so when the run pins no baseline
-
-    def __init__(
-        self, path: str | Path, trusted_keys: Sequence[PublicKey], task: str | None = None
-    ) -> None:
-        self.path = Path(path)
-        self.trusted_keys = list(trusted_keys)
-        self.task = task
-        self._found: BaselineRun | None = None
-
-    def baseline(self, run_id: str) -> BaselineRun | Unavailable:
-        if self._found is None:
-            self._found = self._verify()
-        return self._found  # another run than ``run_id`` fails the comparison
-
-    def _verify(self) -> BaselineRun:
-        from holedger.replay.bundle import verify_bundle
-        from holedger.replay.checks import CHECKS
-
-        projections, facts = capturing(CHECKS)
-        try:
-            report = verify_bundle(
-                self.path,
-                trusted_keys=self.trusted_keys,
-                projections=projections,
-                task=self.task,
-                baseline=None,
-            )
-        except HoledgerError as exc:  # the same error, naming the file it is about
-            raise type(exc)(f"baseline bundle {self.path}: {exc.message}", hint=exc.hint) from exc
-        return baseline_run(report.run_id, report, facts)
 
 
 class BaselineFold:
     name = "baseline"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self.pinned: SeedBaseline | None = ctx.opened.seed_baseline
-        # Absent: the caller has no source of baseline runs (the check says what to give);
-        # None: this is a baseline run's own replay, whose pinned baseline (it should have
-        # none) is not followed, so a cycle of pins cannot recurse.
-        source = ctx.extra.get(EXTRA_KEY, ())
-        self.nested = source is None
-        self.source = cast(BaselineSource, source) if hasattr(source, "baseline") else None
+        # No source: the caller has no way to replay baseline runs (the check says what to
+        # give). A baseline run's own replay: its pinned baseline (it should have none) is
+        # not followed, so a cycle of pins cannot recurse.
+        self.nested = ctx.inputs.baseline_replay
+        self.source = None if self.nested else ctx.inputs.baselines
 
         self.scored = False
 
@@ -247,7 +133,7 @@ class BaselineFold:
                     "its E(H0) comes from nowhere the log can show",
                     check=CHECK,
                 )
-            elif getattr(self.source, "given", False):
+            elif self.source is not None and self.source.given:
                 self._unchecked(out, "the run pins no seed baseline: --baseline not used")
             return
         run_id = pinned.baseline_run_id

@@ -17,7 +17,7 @@ from typing import Any
 from holedger.ledger.records import Record
 from holedger.protocol import rules
 from holedger.protocol.refusals import legacy_code
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
@@ -35,7 +35,7 @@ CHECK = "budget"
 class BudgetFold:
     name = "budget"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.terms = ctx.opened.terms
         self.ctx = ctx
         self.used = rules.no_use()

@@ -19,7 +19,7 @@ from typing import Any
 from holedger.errors import CanonicalError, PolicyError
 from holedger.ledger.records import Record
 from holedger.protocol import rules
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.canonical import canonical_json, parse_json
 from holedger.schemas.events import (
@@ -46,7 +46,7 @@ class _Request:
 class DisclosureFold:
     name = "disclosure"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self.policy = ctx.opened.terms.disclosure
         self.requests: dict[str, _Request] = {}

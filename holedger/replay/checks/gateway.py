@@ -21,11 +21,12 @@ from __future__ import annotations
 from array import array
 from collections.abc import MutableSequence
 from itertools import chain
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from holedger.gateway.formats import FORMATS, METERED_PATHS
 from holedger.ledger.records import Record
 from holedger.protocol.tokens import budget_denial, optimizer_cap
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder
 from holedger.schemas.events import (
     GatewayBudgetState,
@@ -177,7 +178,7 @@ class GatewayFold:
 
     name = "gateway"
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         opened: RunOpened = ctx.opened
         self.models = frozenset(opened.terms.models)
         self.cap = opened.terms.budget.target_tokens

@@ -8,7 +8,7 @@ fetch) for test-split content. It needs the task's cases (see ``taskdata``); wit
 them the audit is reported as skipped with the reason, which is not a failure.
 
 ``candidate_scan`` reads every committed candidate from the run's bare repository
-(``ReplayContext.extra["run_repo"]``, or ``settings.run_repo(run_id)``) and reports, with
+(``CheckInputs.run_repo``, or ``CheckInputs.repos`` of the run id) and reports, with
 file and line, test content that a candidate added over what the seed ships. Test
 content in the nominated candidate voids the score: it fails the check (as does a
 recorded tree that differs from the repository's). In candidates that were not
@@ -52,7 +52,7 @@ from typing import Any
 
 from holedger.ledger.records import Record
 from holedger.protocol import rules
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import canonical_json
@@ -211,7 +211,7 @@ def _split_answers(body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
 class LeakageFold:
     name = "leakage"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self.shown: list[_Shown] = []
         self.candidates: list[CandidateCommitted] = []
@@ -322,14 +322,11 @@ class LeakageFold:
         }
 
     def _repo_path(self) -> Path | None:
-        given = self.ctx.extra.get("run_repo")
-        if isinstance(given, str | Path):
-            return Path(given)
-        settings = self.ctx.extra.get("settings")
-        run_repo = getattr(settings, "run_repo", None)
-        if callable(run_repo):
-            path = run_repo(self.ctx.run_id)
-            return path if isinstance(path, Path) else Path(str(path))
+        inputs = self.ctx.inputs
+        if inputs.run_repo is not None:
+            return Path(inputs.run_repo)
+        if inputs.repos is not None:
+            return Path(inputs.repos(self.ctx.run_id))
         return None
 
     def _scan(self, matcher: Matcher, out: ReportBuilder) -> dict[str, Any]:

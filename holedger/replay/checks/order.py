@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from holedger.ledger.records import Record
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.events import (
     CandidateCommitted,
@@ -72,7 +72,7 @@ class _Request:
 class OrderFold:
     name = "protocol"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self.committed: set[str] = set()
         self.requests: dict[str, _Request] = {}

@@ -29,7 +29,7 @@ from holedger.errors import HoledgerError
 from holedger.ledger.records import Record
 from holedger.protocol.answers import answer_digest, parse_answer
 from holedger.protocol.rules import trial_score
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
@@ -42,7 +42,7 @@ TIMEOUTS = "timeouts"
 class RescoreFold:
     name = "rescore"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         # Resolved at the first trial: the task's verifier and case ids, or why not.
         self.skipped: str | None = None

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from holedger.ledger.records import Record
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.events import Model, SafetyViolation, TrialCompleted
 
@@ -22,7 +23,7 @@ MAX_LISTED = 200
 class SafetyFold:
     name = "safety"
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.by_category: Counter[str] = Counter()
         self.listed: list[dict[str, Any]] = []
         self.unisolated = 0

@@ -23,7 +23,7 @@ from typing import Any
 
 from holedger.ledger.records import Record
 from holedger.protocol import rules
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, score_text, scores_mean_text
 from holedger.replay.taskdata import TaskData, task_data
 from holedger.schemas.canonical import rational_to_str
@@ -45,7 +45,7 @@ def _r(value: Fraction | None) -> str | None:
 class ScoresFold:
     name = "scores"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self.terms = ctx.opened.terms
         self.baseline = ctx.opened.seed_baseline
