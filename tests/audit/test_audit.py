@@ -25,7 +25,7 @@ from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.store import Ledger
 from holedger.protocol.runs import control_scores_digest
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.types import ZERO_HASH
 
 from .conftest import AuditedRun, service
@@ -113,7 +113,7 @@ def test_the_audit_verifies(finished: dict[str, Any]) -> None:
 def test_control_evaluations_are_recorded_in_the_audited_run_after_its_close(
     finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
 ) -> None:
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
     [*controls] = state.controls
@@ -149,7 +149,7 @@ def test_control_evaluations_are_recorded_in_the_audited_run_after_its_close(
 
 def replay_budget_before(ledger: Ledger, run_id: str, closed: int) -> Any:
     """The budget section of the run's replay cut at its close (its final checkpoint)."""
-    from holedger.replay.engine import LedgerBlobs, verify_records
+    from holedger.replay.runs import LedgerBlobs, verify_records
 
     raws = [raw for seq, raw in ledger.raw_records(run_id) if seq <= closed + 1]
     return verify_records(run_id, raws, LedgerBlobs(ledger)).sections["budget_table"]

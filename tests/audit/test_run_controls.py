@@ -16,7 +16,7 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.protocol.runs import control_scores_digest
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import AuditControlEvaluated, ControlScore
 
 from .conftest import AuditedRun, service
