@@ -27,6 +27,7 @@ class Setting:
     status: str
     delta: Fraction | None
     shares: tuple[Fraction, Fraction, Fraction] | None
+    held_out_delta: Fraction | None = None  # B5: E(H+) - E(H0) of the run
 
 
 def summarize(settings: Sequence[Setting]) -> dict[str, Any]:
@@ -57,7 +58,19 @@ def summarize(settings: Sequence[Setting]) -> dict[str, Any]:
             "settings": len(group),
             "mean_shares": {TERMS[i]: rational_to_str(sums[i] / len(group)) for i in range(3)},
         }
+    transferred = [s for s in decomposed if s.held_out_delta is not None and s.delta is not None]
+
+    def count(below: Any) -> dict[str, Any]:
+        hits = [s.audit_id for s in transferred if below(s.held_out_delta, s.delta)]
+        return {"count": len(hits), "audits": hits}
+
     return {
+        "transfer": {  # B5 across settings: the held-out gain against the search gain
+            "settings": len(transferred),
+            "below_search": count(lambda held, search: held < search),
+            "below_half_search": count(lambda held, search: held < search / 2),
+            "below_zero": count(lambda held, search: held < 0),
+        },
         "settings": [
             {
                 "audit_id": s.audit_id,
@@ -95,4 +108,6 @@ def setting_of(state: Any, task: str) -> Setting:
         if raw:
             shares = (Fraction(raw["o"]), Fraction(raw["t"]), Fraction(raw["g"]))
     status = d.status if d is not None else ("opened" if state.gate is None else "running")
-    return Setting(state.audit_id, state.opened.run_id, task, status, delta, shares)
+    transfer = d.transfer if d is not None else None
+    held = Fraction(transfer["held_out_delta"]) if transfer else None
+    return Setting(state.audit_id, state.opened.run_id, task, status, delta, shares, held)

@@ -320,6 +320,8 @@ def audit_json(state: Any) -> dict[str, Any]:
         "decomposition": d.decomposition if d else None,
         "transfer": d.transfer if d else None,
         "strata": state.gate.strata if state.gate else [],
+        "held_out_strata": state.gate.held_out_strata if state.gate else [],
+        "left_out_types": state.gate.left_out_types if state.gate else [],
         "bounds": {
             "O": "lower bound: only detected, removed overfitting",
             "G": "upper bound: not evidence of transfer",
@@ -370,6 +372,21 @@ def _print(state: Any, as_json: bool) -> None:
         click.echo(
             f"stratum {row['tag']}: {row['cases']} cases, S(H^) {row['s_candidate']}, "
             f"S(H0) {row['s_base']}, dS {row['delta']}"
+        )
+    for row in data["held_out_strata"]:
+        click.echo(
+            f"held-out stratum {row['tag']}: {row['cases']} test cases, S_test(H^) "
+            f"{row['s_candidate']}, S_test(H0) {row['s_base']}, difference {row['delta']}"
+        )
+    for row in data["left_out_types"]:
+        verdict = (
+            "near-perfect: prior knowledge distilled into the harness (overfitting)"
+            if row["near_perfect"]
+            else "not near-perfect"
+        )
+        click.echo(
+            f"left out {row['tag']} (no search case has it): S_test(H^) {row['s_candidate']} "
+            f"on {row['cases']} test cases, S_test(H0) {row['s_base']}: {verdict}"
         )
     if data["transfer"]:
         t = data["transfer"]
@@ -442,6 +459,12 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
             f"o = {means['o']}, t = {means['t']}, g = {means['g']}"
         )
     out.print(f"o + t above one half: {data['o_plus_t_over_half']['count']}")
+    t = data["transfer"]
+    out.print(
+        f"held-out gain of {t['settings']} scored settings: below the search gain in "
+        f"{t['below_search']['count']}, below half of it in {t['below_half_search']['count']}, "
+        f"below 0 in {t['below_zero']['count']}"
+    )
     for task, d in data["dominant_term_per_task"].items():
         out.print(f"dominant term on {task}: {d['term']} ({d['settings']} audits)")
     for item in left_out:

@@ -124,3 +124,24 @@ def strata(
     if not any(tags.get(c) for c in set(cand) & set(base)):
         return []
     return stats.stratify(cand, base, tags)
+
+
+def held_out_strata(
+    run: RunFacts,
+    baseline: RunFacts | None,
+    tags: dict[str, list[str]],
+    search_tags: set[str],
+) -> dict[str, list[dict[str, Any]]]:
+    """B6 on the held-out split: per tag, S_test of Ĥ (the run's RunScored) and of H0 (the
+    seed-baseline run's), and the types left out of the search set; empty lists when the
+    run or its baseline has no per-case test scores, or no test case is tagged."""
+    if baseline is None or not run.held_out_cases or not baseline.held_out_cases:
+        return {"held_out_strata": [], "left_out_types": []}
+    cand = stats.case_means(run.held_out_cases)
+    base = stats.case_means(baseline.held_out_cases)
+    if not any(tags.get(c) for c in set(cand) & set(base)):
+        return {"held_out_strata": [], "left_out_types": []}
+    return {
+        "held_out_strata": stats.stratify(cand, base, tags),
+        "left_out_types": stats.left_out_types(cand, base, tags, search_tags),
+    }

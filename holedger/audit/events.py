@@ -68,6 +68,9 @@ class GateComputed(Model):
     gate: dict[str, Any]
     sources: dict[str, str]
     strata: list[dict[str, Any]] = Field(default_factory=list)
+    # B6 on the held-out split, and the types left out of the search set
+    held_out_strata: list[dict[str, Any]] = Field(default_factory=list)
+    left_out_types: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ScaleDerived(Model):

@@ -53,6 +53,8 @@ class RunFacts:
     # seq -> payload of each AuditControlEvaluated, the server's record of a control
     # evaluation made for an audit (after RunClosed, in a sound log)
     controls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    held_out_cases: dict[str, list[Fraction]] = field(default_factory=dict)  # RunScored
+    baseline_run: str | None = None  # the pinned seed-baseline run
 
     def search_trials(self, candidate: str) -> list[Trial]:
         return [t for t in self.trials if t.candidate == candidate and t.split in ("dev", "val")]
@@ -76,6 +78,7 @@ def read_run(run_id: str, records: Iterable[Record]) -> RunFacts:
             facts.seed_commit = str(p["terms"]["seed_commit"])
             facts.optimizer = str(p.get("optimizer", ""))
             facts.server_key = dict(p["keys"]["server"])
+            facts.baseline_run = (p.get("seed_baseline") or {}).get("baseline_run_id")
         elif rec.type == "CandidateCommitted":
             facts.parents[str(p["candidate"])] = p.get("parent")
         elif rec.type == "EvaluationRequested":
@@ -106,6 +109,10 @@ def read_run(run_id: str, records: Iterable[Record]) -> RunFacts:
             e_zero = p.get("e_h0")
             if e_plus is not None and e_zero is not None:
                 facts.held_out = (Fraction(str(e_plus)), Fraction(str(e_zero)))
+            facts.held_out_cases = {
+                str(row["case_id"]): [Fraction(str(v)) for v in row["scores"]]
+                for row in p.get("per_case", [])
+            }
         elif rec.type == "RunClosed":
             facts.closed = True
             facts.closed_seq = rec.seq

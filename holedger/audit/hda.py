@@ -198,6 +198,19 @@ def case_tags(task_ref: str) -> dict[str, list[str]]:
     return {c.case_id: stats.case_tags(c.input) for c in case_facts(task_ref).values()}
 
 
+def held_out(
+    ledger: Ledger, run: RunFacts, cases: dict[str, detectors.CaseFacts]
+) -> dict[str, list[dict[str, Any]]]:
+    """B6 on the held-out split (the run's and its seed-baseline run's RunScored) and the
+    types the task's search splits leave out."""
+    baseline = None
+    if run.baseline_run is not None and ledger.has_run(run.baseline_run):
+        baseline = read_run(run.baseline_run, ledger.records(run.baseline_run))
+    tags = {c.case_id: stats.case_tags(c.input) for c in cases.values()}
+    search = {t for c in cases.values() if c.split in ("dev", "val") for t in tags[c.case_id]}
+    return compute.held_out_strata(run, baseline, tags, search)
+
+
 def added_lines(repo: CandidateRepo, base: str, candidate: str) -> list[detectors.AddedLine]:
     """Lines ``candidate`` adds to ``base``, file by file (text files only)."""
     old, new = repo.files(base), repo.files(candidate)
@@ -303,6 +316,7 @@ def run_hda(
                     gate=result.as_json(),
                     sources={"Hhat": hhat, "H0": run.seed_commit, "attempts": str(attempts)},
                     strata=compute.strata(hhat_trials, h0_trials, case_tags(task.ref)),
+                    **held_out(ctx.ledger, run, case_facts(task.ref)),
                 ),
                 "auditor",
             )

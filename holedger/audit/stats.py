@@ -53,7 +53,12 @@ READINGS: dict[str, str] = {
     "B5.transfer": "held-out gain = E(H+) - E(H0) of the run's RunScored",
     "B6.tags": "a case's tags are the strings under 'tags' (or the string under 'type') "
     "in its input",
+    "B6.held_out": "held-out strata pair H^'s per-case test scores (the run's RunScored) "
+    "with H0's (the pinned seed-baseline run's RunScored), per tag",
+    "B6.left_out": "a type is left out of the search set when no dev or val case of the "
+    "task carries it; near-perfect test performance on it is S_test(H^) >= 19/20",
 }
+NEAR_PERFECT = Fraction(19, 20)
 
 
 # --------------------------------------------------------------------------- B1
@@ -376,6 +381,24 @@ def stratify(
                 "delta": _q(s_c - s_b),
             }
         )
+    return rows
+
+
+def left_out_types(
+    candidate: Mapping[str, Fraction],
+    base: Mapping[str, Fraction],
+    tags: Mapping[str, Sequence[str]],
+    search_tags: set[str],
+) -> list[dict[str, Any]]:
+    """B6 leave-type-out: per tag of the held-out cases that no search case carries, S_test
+    of Ĥ and H0 over its paired cases and whether Ĥ's is near-perfect (>= 19/20), which
+    means the proposer's prior knowledge was distilled into the harness: overfitting."""
+    rows = []
+    for row in stratify(candidate, base, tags):
+        if row["tag"] == "(untagged)" or row["tag"] in search_tags:
+            continue
+        near = Fraction(row["s_candidate"]) >= NEAR_PERFECT
+        rows.append({**row, "near_perfect": near})
     return rows
 
 

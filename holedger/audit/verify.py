@@ -28,6 +28,7 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.audit import compute, stats
+from holedger.audit.detectors import CaseFacts
 from holedger.audit.facts import RunFacts, Trial, read_run, scores_digest
 from holedger.audit.hda import (
     AuditState,
@@ -35,6 +36,7 @@ from holedger.audit.hda import (
     answers_for,
     case_facts,
     detect_from,
+    held_out,
     read_audit,
 )
 from holedger.audit.log import AuditLog, verify_records
@@ -308,9 +310,17 @@ def _recompute(
     problems = (
         [] if gate.as_json() == recorded else ["the recorded gate is not the one the logs give"]
     )
-    tags = _tags(settings, run)
+    task_cases = _cases(settings, run)
+    tags = (
+        {c.case_id: stats.case_tags(c.input) for c in task_cases.values()} if task_cases else None
+    )
     if tags is not None and compute.strata(hhat_trials, h0_trials, tags) != state.gate.strata:
         problems.append("the recorded strata are not the ones the logs give")
+    if task_cases and held_out(ledger, run, task_cases) != {
+        "held_out_strata": state.gate.held_out_strata,
+        "left_out_types": state.gate.left_out_types,
+    }:
+        problems.append("the recorded held-out strata or left-out types are not the logs'")
     report.check(
         "gate", problems, f"dS = {recorded['delta']}, p = {recorded['p_value']}, recomputed"
     )
@@ -329,15 +339,14 @@ def _recompute(
     _decomposition(state, run, gate, s_scaled, s_neutral, report)
 
 
-def _tags(settings: Settings, run: RunFacts) -> dict[str, list[str]] | None:
-    """The task's case tags, or None when the task is not at hand."""
+def _cases(settings: Settings, run: RunFacts) -> dict[str, CaseFacts]:
+    """The task's cases (all splits), or {} when the task is not at hand."""
     from holedger.server.service import RunConfig
 
     try:
-        cases = case_facts(RunConfig.load(settings, run.run_id).task)
+        return case_facts(RunConfig.load(settings, run.run_id).task)
     except HoledgerError:
-        return None
-    return {c.case_id: stats.case_tags(c.input) for c in cases.values()} if cases else None
+        return {}
 
 
 def _scale(
@@ -384,12 +393,7 @@ def _findings(
     h0_trials: list[Trial],
     report: AuditReport,
 ) -> None:
-    from holedger.server.service import RunConfig
-
-    try:
-        cases = case_facts(RunConfig.load(settings, run.run_id).task)
-    except HoledgerError:
-        cases = {}
+    cases = _cases(settings, run)
     if not cases:
         report.warnings.append(
             "findings: the task is not at hand; detector findings not re-derived"

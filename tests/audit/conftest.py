@@ -45,7 +45,8 @@ def shortcut_tree(seed: Path, dest: Path) -> Path:
 
 
 def tag_hard_cases(task_dir: Path) -> None:
-    """Tag the "hard" cases in their input (B6 strata), and pin the task again."""
+    """Tag the "hard" cases in their input (B6 strata), and the easy test cases "unseen"
+    (a type left out of the search splits), and pin the task again."""
     import json
 
     from holedger.tasks.pinning import pin_task
@@ -56,6 +57,8 @@ def tag_hard_cases(task_dir: Path) -> None:
         for case in cases:
             if case["input"]["q"].startswith("hard"):
                 case["input"]["tags"] = ["hard"]
+            elif split == "test":  # a type no search case has: left out of the search
+                case["input"]["tags"] = ["unseen"]
         path.write_text(json.dumps(cases, indent=1))
     pin_task(task_dir)
 

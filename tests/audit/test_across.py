@@ -29,3 +29,23 @@ def test_mean_shares_over_half_and_dominant_term() -> None:
 def test_no_decomposed_audit_has_no_means() -> None:
     out = summarize([Setting("a", "r", "t", "pending_neutral", None, None)])
     assert out["mean_shares"] is None and out["o_plus_t_over_half"]["count"] == 0
+
+
+def test_transfer_counts_by_hand() -> None:
+    def setting(name: str, delta: F, held: F | None) -> Setting:
+        return Setting(name, "r", "t", "decomposed", delta, (F(1), F(0), F(0)), held)
+
+    out = summarize(
+        [
+            setting("a", F(2, 5), F(3, 10)),  # below 2/5, not below 1/5
+            setting("b", F(2, 5), F(1, 10)),  # below 2/5 and below 1/5
+            setting("c", F(1, 5), F(-1, 20)),  # below all three
+            setting("d", F(1, 5), F(1, 5)),  # equal: below none
+            setting("e", F(1, 5), None),  # not scored: left out
+        ]
+    )
+    t = out["transfer"]
+    assert t["settings"] == 4
+    assert t["below_search"] == {"count": 3, "audits": ["a", "b", "c"]}
+    assert t["below_half_search"] == {"count": 2, "audits": ["b", "c"]}
+    assert t["below_zero"] == {"count": 1, "audits": ["c"]}

@@ -85,6 +85,37 @@ def test_the_gain_is_significant_and_the_lookup_table_is_found(finished: dict[st
     assert hda["scale"]["k"] == 1 and hda["scale"]["basis"] == "none"
 
 
+def test_held_out_strata_and_the_type_left_out_of_the_search(finished: dict[str, Any]) -> None:
+    hda = finished["hda"]
+    # test-0 ("hard test 0") is answered wrong by both (the table holds dev and val
+    # questions only); test-1 is easy, tagged "unseen", and right for both: K = 1 each.
+    rows = {row["tag"]: row for row in hda["held_out_strata"]}
+    assert rows["hard"] == {
+        "tag": "hard",
+        "cases": 1,
+        "s_candidate": "0",
+        "s_base": "0",
+        "delta": "0",
+    }
+    assert rows["unseen"]["s_candidate"] == "1" and rows["unseen"]["s_base"] == "1"
+    # "unseen" is on no dev or val case: left out of the search; S_test(H^) = 1 >= 19/20
+    [left] = hda["left_out_types"]
+    assert left["tag"] == "unseen" and left["near_perfect"] is True
+    assert "left out unseen (no search case has it)" in finished["show_text"]
+
+
+def test_a_forged_left_out_type_fails_the_gate_check(
+    copy_of: Any, audited: AuditedRun, ledger: Ledger
+) -> None:
+    def forge(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "GateComputed":
+            rows = [{**row, "near_perfect": False} for row in payload["left_out_types"]]
+            payload = {**payload, "left_out_types": rows}
+        return payload
+
+    assert "gate" in failed(audited, ledger, copy_of(forge))
+
+
 def test_neutralizing_removes_the_shortcut_and_o_is_the_whole_gain(
     finished: dict[str, Any], audited: AuditedRun
 ) -> None:
@@ -539,5 +570,9 @@ def test_analysis_hda_counts_the_decomposed_audit(
     mine = next(s for s in data["settings"] if s["audit_id"] == finished["audit_id"])
     assert mine["shares"] == {"o": "1", "t": "0", "g": "0"} and mine["delta"] == "5/14"
     assert finished["audit_id"] in data["o_plus_t_over_half"]["audits"]
+    # B5 across settings: held-out gain 0 against a search gain of 5/14
+    assert finished["audit_id"] in data["transfer"]["below_search"]["audits"]
+    assert finished["audit_id"] in data["transfer"]["below_half_search"]["audits"]
+    assert finished["audit_id"] not in data["transfer"]["below_zero"]["audits"]
     [task] = data["dominant_term_per_task"]
     assert task.startswith("tiny-folder@") and data["dominant_term_per_task"][task]["term"] == "O"

@@ -190,3 +190,27 @@ def test_terms_sum_to_the_gain_and_shares_to_one(a: F, b: F, c: F, d: F) -> None
         assert parts.shares is not None
         o, t, g = parts.shares
         assert 0 <= o <= 1 and 0 <= t <= 1 - o and o + t + g == 1
+
+
+def test_left_out_types_by_hand() -> None:
+    from holedger.audit.stats import left_out_types
+
+    # test cases: t1, t2 of type "geo" (left out of the search), t3 of "alg" (searched)
+    cand = {"t1": F(1), "t2": F(19, 20), "t3": F(0)}
+    base = {"t1": F(1, 2), "t2": F(0), "t3": F(0)}
+    tags = {"t1": ["geo"], "t2": ["geo"], "t3": ["alg"]}
+    [geo] = left_out_types(cand, base, tags, search_tags={"alg"})
+    # S_test(H^) = (1 + 19/20)/2 = 39/40 >= 19/20: near-perfect; S_test(H0) = 1/4
+    assert geo == {
+        "tag": "geo",
+        "cases": 2,
+        "s_candidate": "0.975",
+        "s_base": "0.25",
+        "delta": "0.725",
+        "near_perfect": True,
+    }
+    # just under 19/20 is not near-perfect; a searched type is never listed
+    cand["t2"] = F(17, 20)  # mean 37/40 < 38/40
+    [geo] = left_out_types(cand, base, tags, search_tags={"alg"})
+    assert geo["s_candidate"] == "0.925" and geo["near_perfect"] is False
+    assert left_out_types(cand, base, tags, search_tags={"alg", "geo"}) == []
