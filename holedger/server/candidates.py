@@ -397,16 +397,29 @@ class CandidateRepo:
             self.repo.references.create(name, pygit2.Oid(hex=commit), force=True)
 
     def _commit_obj(self, commit: str) -> pygit2.Commit:
-        try:
-            obj = self.repo[commit]
-        except (KeyError, ValueError) as exc:
-            raise NotFoundError(f"no candidate commit {commit} in {self.path.name}") from exc
-        if not isinstance(obj, pygit2.Commit):
-            raise NotFoundError(f"{commit} is not a commit")
+        obj = self._object(commit, "commit")
+        assert isinstance(obj, pygit2.Commit)
         return obj
+
+    def _object(self, oid: str, kind: str) -> pygit2.Object:
+        """The git object ``oid`` of ``kind`` ("commit" or "tree"); else NotFoundError."""
+        try:
+            obj = self.repo[oid]
+        except (KeyError, ValueError) as exc:
+            raise NotFoundError(f"no candidate {kind} {oid} in {self.path.name}") from exc
+        if obj.type_str != kind:
+            raise NotFoundError(f"{oid} is not a {kind}")
+        return obj
+
+    def tree_of(self, commit: str) -> str:
+        """The id of ``commit``'s tree."""
+        return str(self._commit_obj(commit).tree_id)
 
     def listing(self, commit: str) -> dict[str, str]:
         """path -> "<mode>:<blob id>" of every file of ``commit``."""
+        return self._tree_listing(self._commit_obj(commit).tree)
+
+    def _tree_listing(self, root: pygit2.Tree) -> dict[str, str]:
         out: dict[str, str] = {}
 
         def walk(tree: pygit2.Tree, prefix: str) -> None:
@@ -419,24 +432,33 @@ class CandidateRepo:
                 else:
                     out[path] = f"{entry.filemode:o}:{entry.id}"
 
-        walk(self._commit_obj(commit).tree, "")
+        walk(root, "")
         return out
 
     def files(self, commit: str) -> FileMap:
         """Every file of ``commit`` with its content."""
+        return self._files(self.listing(commit))
+
+    def _files(self, listing: dict[str, str]) -> FileMap:
         out: FileMap = {}
-        for path, ref in self.listing(commit).items():
+        for path, ref in listing.items():
             mode, oid = ref.split(":")
             blob = self.repo[oid]
             assert isinstance(blob, pygit2.Blob)
             out[path] = FileEntry(bytes(blob.data), int(mode, 8) == EXEC_MODE)
         return out
 
-    def checkout(self, commit: str, dest: Path) -> Path:
-        """Write ``commit``'s files under ``dest`` (created), read-only."""
+    def checkout_tree(self, tree: str, dest: Path) -> Path:
+        """Write the files of the tree ``tree`` under ``dest`` (created), read-only."""
+        obj = self._object(tree, "tree")
+        assert isinstance(obj, pygit2.Tree)
+        return self._write_out(self._files(self._tree_listing(obj)), dest)
+
+    @staticmethod
+    def _write_out(files: FileMap, dest: Path) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         folders: set[Path] = {dest}
-        for path, entry in self.files(commit).items():
+        for path, entry in files.items():
             target = dest / PurePosixPath(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             folders.update(p for p in target.parents if dest in p.parents or p == dest)

@@ -343,6 +343,12 @@ def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_
     help="Default sandbox backend of runs (default: the strongest available).",
 )
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option(
+    "--executor",
+    default=None,
+    metavar="URL",
+    help="Where trials' sandboxes run: 'local' (default; env HOLEDGER_EXECUTOR).",
+)
 @_json_opt
 @click.pass_context
 def serve_cmd(
@@ -355,6 +361,7 @@ def serve_cmd(
     no_tcp: bool,
     backend: str | None,
     workers: int,
+    executor: str | None,
     as_json: bool,
 ) -> None:
     """Serve the optimizer API and the model gateway until interrupted.
@@ -384,6 +391,7 @@ def serve_cmd(
         gateway_socket=gateway_socket,
         workers=workers,
         backend=backend,
+        executor=executor,
     )
     # Before the URLs are printed: a client that reads them may signal at once.
     stop = threading.Event()
@@ -396,13 +404,16 @@ def serve_cmd(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     urls = running.urls
+    described = running.executor.describe()
     if as_json:
-        click.echo(json.dumps(urls))
+        click.echo(json.dumps({**urls, "executor": described}))
     else:
         for url in urls["api"]:
             click.echo(f"api      {url}")
         for url in urls["gateway"]:
             click.echo(f"gateway  {url}")
+        extra = [f"{k}={v}" for k, v in described.items() if k != "executor"]
+        click.echo(" ".join(["executor", described.get("executor", "?"), *extra]))
     try:
         stop.wait()
         # Evaluations in flight are recorded before the gateway and the ledger close; a

@@ -20,7 +20,7 @@ from holedger.gateway.config import GatewayConfig
 from holedger.gateway.serve import AppServer, serve_gateway
 from holedger.gateway.tokens import TokenRegistry
 from holedger.ledger.store import Ledger
-from holedger.server.trials import GatewayUsage, TrialAccess, TrialPlan
+from holedger.server.trials import GatewayUsage, TrialAccess, TrialRef
 
 GATEWAY_CONFIG_NAME = "gateway.toml"
 
@@ -60,7 +60,7 @@ class GatewayLink:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     @contextlib.contextmanager
-    def trial(self, plan: TrialPlan, workdir: Path) -> Iterator[TrialAccess]:
+    def trial(self, plan: TrialRef) -> Iterator[TrialAccess]:
         token = self.tokens.issue_trial_token(
             plan.run_id,
             request_id=plan.request_id,

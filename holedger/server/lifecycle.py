@@ -1,8 +1,11 @@
-"""Finishing a run that will not finish by itself: ``holedger run abort``.
+"""A run's lifecycle: opening it, and finishing one that will not finish by itself.
 
-A run ends with RunClosed. A nominated run closes itself once its nominee is scored; a
-run whose optimizer stopped (interrupted, crashed, gave up) would stay open for good, and
-an open run never verifies. Aborting closes it without a score:
+Opening (:func:`open_run`) records RunOpened (the task terms, the task digest, the pinned
+seed baseline, :mod:`holedger.server.baseline`) and the seed as CandidateCommitted index 0,
+and issues the optimizer's token. A run ends with RunClosed: a nominated run closes itself
+once its nominee is scored (:mod:`holedger.server.heldout`). A run whose optimizer stopped
+(interrupted, crashed, gave up) would stay open for good, and an open run never verifies.
+``holedger run abort`` (:func:`abort_run`) closes it without a score:
 
 1. any dev or val request a stopped server left without trials is recorded first, as
    ``holedger run recover`` does (its trials as not run, then its projection), so every
@@ -20,14 +23,100 @@ in a live process is refused (retry once it ends, or stop that process first).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from holedger.errors import NotFoundError, PolicyError, Unavailable, UsageError
+from holedger.gateway.tokens import TokenRegistry
+from holedger.protocol import rules
+from holedger.protocol.runs import new_run_id
 from holedger.replay.report import counted
-from holedger.schemas.events import RunClosed
+from holedger.sandboxes import get_backend
+from holedger.schemas.events import (
+    CandidateCommitted,
+    OptimizerDescriptor,
+    RunClosed,
+    SeedBaseline,
+)
+from holedger.server.baseline import ensure_baseline
+from holedger.server.candidates import entrypoint_problem, read_directory
+from holedger.server.core import RunConfig, ServerCore
+from holedger.server.dispatch import Item
+from holedger.server.locks import flock
+from holedger.server.recovery import record_left_requests
+from holedger.server.state import RunState
 
 ABORTED = "aborted"
 MAX_WHY_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    run_id: str
+    task_id: str
+    seed_commit: str
+    optimizer_token: str
+    seed_baseline: SeedBaseline | None
+    backend: str
+
+
+def open_run(
+    core: ServerCore,
+    task_ref: str,
+    *,
+    optimizer: str = "unnamed",
+    backend: str | None = None,
+    baseline: bool = True,
+    descriptor: OptimizerDescriptor | None = None,
+) -> OpenedRun:
+    """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
+    if not optimizer or len(optimizer) > 200 or not optimizer.isprintable():
+        # Checked before anything is made: the label is recorded as text in RunOpened.
+        raise UsageError(
+            f"optimizer label {optimizer[:80]!r} is not a printable name of 1 to 200 characters",
+            hint="name the optimizer with plain text, e.g. --optimizer my-search",
+        )
+    if Path(task_ref).is_dir():
+        task_ref = str(Path(task_ref).resolve())  # later commands may run elsewhere
+    task = core.task(task_ref)
+    # Refuse an unavailable backend before anything is recorded; without one named,
+    # the strongest available now is the run's for good (its trials never switch).
+    backend = get_backend(backend or core.default_backend).name
+    seed_files = read_directory(task.seed_dir, core.tree_limits)
+
+    seed_baseline = pinned_baseline(core, task_ref, backend) if baseline else None
+    run_id = new_run_id()
+    repo = core.repo(run_id)
+    seed = repo.commit(seed_files, None)
+    if seed.commit != task.terms.seed_commit:
+        raise PolicyError(
+            f"the seed folder of task {task.terms.task_id} commits to {seed.commit[:12]}, "
+            f"not the pinned {task.terms.seed_commit[:12]}",
+            hint="run 'holedger tasks verify' on the task",
+        )
+    problem = entrypoint_problem(seed_files, task.terms.entrypoint)
+    if problem:
+        raise PolicyError(f"seed harness of {task.terms.task_id}: {problem}")
+    RunConfig(task_ref, backend).save(core.settings, run_id)
+    core.ledger.open_run(
+        task.terms,
+        task_digest=task.digest,
+        optimizer=optimizer,
+        seed_baseline=seed_baseline,
+        run_id=run_id,
+        descriptor=descriptor,
+    )
+    committed = CandidateCommitted(
+        candidate=seed.commit,
+        index=0,
+        tree=seed.tree,
+        parent=None,
+        changed_paths=sorted(seed_files),
+        immutable_ok=True,
+    )
+    core.append(run_id, [("CandidateCommitted", committed, "server")])
+    token = TokenRegistry(core.ledger.app.engine).issue_optimizer_token(run_id)
+    return OpenedRun(run_id, task.terms.task_id, seed.commit, token, seed_baseline, backend)
 
 
 @dataclass(frozen=True)
@@ -49,6 +138,19 @@ class AbortedRun:
         }
 
 
+def pinned_baseline(core: ServerCore, task_ref: str, backend: str | None) -> SeedBaseline:
+    """The task's seed baseline (:mod:`holedger.server.baseline`), measured by a baseline
+    run opened here when the home has none yet."""
+
+    def open_baseline_run(ref: str, in_backend: str | None) -> str:
+        opened = open_run(
+            core, ref, optimizer=rules.BASELINE_OPTIMIZER, backend=in_backend, baseline=False
+        )
+        return opened.run_id
+
+    return ensure_baseline(core, task_ref, open_baseline_run, backend=backend)
+
+
 def check_why(why: str) -> str:
     """The operator's reason, as recorded: printable text, 1 to 1000 characters."""
     text = " ".join(why.split())
@@ -59,33 +161,38 @@ def check_why(why: str) -> str:
     return text
 
 
-def abort_run(service: Any, run_id: str, why: str) -> AbortedRun:
-    """Close ``run_id`` as aborted (see the module's doc); ``service`` is the RunService."""
-    from holedger.server.locks import flock  # the nomination's lock, shared
+class _Served(Protocol):
+    """What holds the server's core: the RunService."""
 
+    @property
+    def core(self) -> ServerCore: ...
+
+
+def abort_run(service: _Served | ServerCore, run_id: str, why: str) -> AbortedRun:
+    """Close ``run_id`` as aborted (see the module's doc); ``service`` is the RunService."""
+    core = service if isinstance(service, ServerCore) else service.core
     why = check_why(why)
-    if not service.ledger.has_run(run_id):
+    if not core.ledger.has_run(run_id):
         raise NotFoundError(f"no run {run_id}", hint="see 'holedger run list'")
-    state = service.states.current(run_id)
+    state = core.states.current(run_id)
     if state.closed:
         raise PolicyError(
             f"run {run_id} is already closed ({state.closed_reason})",
             hint="nothing is left to finish: 'holedger replay RUN' verifies it",
         )
-    lock = service.settings.runs_dir / f"{run_id}.nominate.lock"
-    with flock(lock, wait=False, remove=False) as held:
+    with flock(core.nomination_lock_path(run_id), wait=False, remove=False) as held:
         if not held:
             raise Unavailable(
                 f"run {run_id}'s nomination is being scored by a live process",
                 hint="let it finish (it closes the run), or stop that process and abort again",
             )
-        return _abort(service, run_id, why)
+        return _abort(core, run_id, why)
 
 
-def _abort(service: Any, run_id: str, why: str) -> AbortedRun:
-    recovered = service._recover(run_id)  # requests a stopped server left without trials
+def _abort(core: ServerCore, run_id: str, why: str) -> AbortedRun:
+    recovered = record_left_requests(core, run_id)  # requests left without trials
 
-    def decide(st: Any) -> tuple[list[Any], AbortedRun]:
+    def decide(st: RunState) -> tuple[list[Item], AbortedRun]:
         if st.closed:
             raise PolicyError(f"run {run_id} is already closed ({st.closed_reason})")
         if st.pending:
@@ -99,5 +206,4 @@ def _abort(service: Any, run_id: str, why: str) -> AbortedRun:
         done = AbortedRun(run_id, why, recovered, st.nominated, st.scored is not None)
         return [("RunClosed", closed, "server")], done
 
-    result: AbortedRun = service._decide(run_id, decide)
-    return result
+    return core.decide(run_id, decide)

@@ -16,6 +16,7 @@ from holedger.gateway.serve import AppServer
 from holedger.gateway.tokens import TokenRegistry
 from holedger.ledger.store import Ledger
 from holedger.server.api import create_api_app
+from holedger.server.executor import Executor, make_executor
 from holedger.server.gateway_link import GatewayLink, gateway_config
 from holedger.server.service import DEFAULT_WORKERS, RunService
 
@@ -26,6 +27,7 @@ class RunningServer:
     api: AppServer
     gateway: AppServer
     link: GatewayLink
+    executor: Executor
 
     @property
     def urls(self) -> dict[str, list[str]]:
@@ -38,6 +40,7 @@ class RunningServer:
         self.link.close()
         self.link.gateway.close()
         self.service.close()
+        self.executor.close()
 
 
 def start_server(
@@ -51,8 +54,14 @@ def start_server(
     gateway_socket: Path | None = None,
     workers: int = DEFAULT_WORKERS,
     backend: str | None = None,
+    executor: str | None = None,
 ) -> RunningServer:
-    """Start the gateway and the API in background threads; returns once both accept."""
+    """Start the gateway and the API in background threads; returns once both accept.
+
+    ``executor`` names where trials' sandboxes run (:mod:`holedger.server.executor`; None:
+    ``HOLEDGER_EXECUTOR``, else local); an unknown one is refused before anything starts.
+    """
+    trials = make_executor(executor)
     tokens = TokenRegistry(ledger.app.engine)
     gateway = create_gateway_app(ledger, tokens, gateway_config(settings))
     gw_server = AppServer(
@@ -65,7 +74,14 @@ def start_server(
         raise ValueError("the gateway needs a port or a socket")
     gw_server.start()
     link = GatewayLink(ledger, tokens=tokens, gateway=gateway, server=gw_server)
-    service = RunService(settings, ledger, gateway=link, workers=workers, default_backend=backend)
+    service = RunService(
+        settings,
+        ledger,
+        gateway=link,
+        workers=workers,
+        default_backend=backend,
+        executor=trials,
+    )
     api = AppServer(
         create_api_app(service, tokens),
         host=host if port is not None else None,
@@ -73,4 +89,4 @@ def start_server(
         uds=socket,
     )
     api.start()
-    return RunningServer(service, api, gw_server, link)
+    return RunningServer(service, api, gw_server, link, trials)

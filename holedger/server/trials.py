@@ -1,20 +1,16 @@
 """Running one trial: a candidate on one case, in a sandbox, scored outside it.
 
-The candidate tree is checked out read-only into a private temporary folder; the case's
-input goes to the entrypoint's stdin as JSON; the environment holds only
-``HOLEDGER_MODEL`` and, when a gateway is attached, ``OPENAI_BASE_URL`` (a loopback port
-relayed by the sandbox to a unix socket the gateway opened for this trial alone) and
-``OPENAI_API_KEY`` (a token for this trial alone, revoked when the trial ends). The answer
-is parsed from stdout (:func:`holedger.protocol.answers.parse_answer`) and scored by the
-task's verifier in this (trusted) process.
+The case's input goes to the entrypoint's stdin as JSON. When a gateway is attached the
+trial gets a token and a unix socket of its own, revoked and closed when it ends. The
+sandbox runs wherever the executor puts it (:mod:`holedger.server.executor`); the answer
+is parsed from its stdout (:func:`holedger.protocol.answers.parse_answer`) and scored by
+the task's verifier in this (trusted) process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,16 +22,18 @@ from holedger.errors import CanonicalError
 from holedger.ledger.store import Ledger
 from holedger.protocol.answers import answer_bytes, parse_answer
 from holedger.protocol.rules import trial_score
-from holedger.sandboxes import Backend, Limits, SandboxResult, SandboxSpec
+from holedger.sandboxes import Limits, SandboxResult
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
 from holedger.schemas.untrusted import escape_text
-from holedger.server.candidates import CandidateRepo, remove_tree
+from holedger.server.candidates import CandidateRepo
+from holedger.server.executor import Executor, GatewayRoute, TrialPlan
 
 
 @dataclass(frozen=True)
-class TrialPlan:
-    """One trial to run: which request, case and attempt."""
+class TrialRef:
+    """Which trial: its run, request, id, candidate, split, case and attempt, and the
+    case's input (what the server knows of a trial before it runs)."""
 
     run_id: str
     request_id: str
@@ -68,9 +66,7 @@ class TrialAccess:
 class TrialGateway(Protocol):
     """The model gateway as trials see it (see :mod:`holedger.server.gateway_link`)."""
 
-    def trial(
-        self, plan: TrialPlan, workdir: Path
-    ) -> contextlib.AbstractContextManager[TrialAccess]: ...
+    def trial(self, ref: TrialRef) -> contextlib.AbstractContextManager[TrialAccess]: ...
 
 
 @dataclass
@@ -83,77 +79,62 @@ class TrialOutcome:
     failed_calls: dict[str, int] = field(default_factory=dict)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class TrialRunner:
-    """Runs trials of one run's candidates; thread-safe (each trial has its own folder)."""
+    """Runs trials of one run's candidates through an executor; thread-safe.
+
+    For each trial it opens the trial's gateway access, has the executor run the sandbox
+    (:class:`~holedger.server.executor.TrialPlan` in, SandboxResult out), closes the access
+    (revoking the token, summing the trial's calls), then parses the answer and scores it
+    with the task's verifier here, in the trusted process.
+    """
 
     ledger: Ledger
     repo: CandidateRepo
-    backend: Backend
+    executor: Executor
+    backend: str
     entrypoint: list[str]
     model: str
     limits: Limits
     verify: Callable[[str, Any], Fraction]
     gateway: TrialGateway | None = None
-    relay_port: int | None = None
     # The task's timeout rule (TaskTerms.timeout_score, rules.trial_score): a timed-out
     # trial scores 0 unless the terms say "verifier".
     timeout_score: str | None = "zero"
 
-    def run(self, plan: TrialPlan) -> TrialOutcome:
-        with tempfile.TemporaryDirectory(prefix="holedger-trial-") as tmp:
-            work = Path(tmp)
-            code = self.repo.checkout(plan.candidate, work / "code")
-            try:
-                return self._run_in(plan, work, code)
-            finally:
-                remove_tree(code)
-
-    def _run_in(self, plan: TrialPlan, work: Path, code: Path) -> TrialOutcome:
+    def run(self, ref: TrialRef) -> TrialOutcome:
         stdin = (
-            canonical_json(plan.case_input)
-            if _canonical_ok(plan.case_input)
-            else (json.dumps(plan.case_input).encode())
+            canonical_json(ref.case_input)
+            if _canonical_ok(ref.case_input)
+            else (json.dumps(ref.case_input).encode())
         )
-        env = {"HOLEDGER_MODEL": self.model}
-        with self._access(plan, work) as access:
-            relays: dict[int, Path] = {}
-            if access is not None:
-                port = self.relay_port or free_port()
-                relays[port] = access.socket
-                env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
-                env["OPENAI_API_KEY"] = access.token
-                # The anthropic SDK appends /v1/messages to its base URL itself.
-                env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
-                env["ANTHROPIC_API_KEY"] = access.token
-            spec = SandboxSpec(
-                code_dir=code,
-                argv=list(self.entrypoint),
+        tree = self.repo.tree_of(ref.candidate)
+        with self._access(ref) as access:
+            plan = TrialPlan(
+                run_id=ref.run_id,
+                trial_id=ref.trial_id,
+                tree=tree,
+                repository=self.repo.path,
+                argv=tuple(self.entrypoint),
                 stdin=stdin + b"\n",
-                env=env,
-                relays=relays,
+                model=self.model,
                 limits=self.limits,
-                label=plan.trial_id,
+                backend=self.backend,
+                gateway=None if access is None else GatewayRoute(access.token, access.socket),
             )
-            result = self.backend.run(spec)
+            result = self.executor.submit(plan).result()
         usage = access.usage if access is not None else GatewayUsage(TokenUsage(), 0)
-        return self._outcome(plan, result, usage)
+        return self._outcome(ref, result, usage)
 
     @contextlib.contextmanager
-    def _access(self, plan: TrialPlan, work: Path) -> Iterator[TrialAccess | None]:
+    def _access(self, ref: TrialRef) -> Iterator[TrialAccess | None]:
         if self.gateway is None:
             yield None
             return
-        with self.gateway.trial(plan, work) as access:
+        with self.gateway.trial(ref) as access:
             yield access
 
-    def _outcome(self, plan: TrialPlan, result: SandboxResult, usage: GatewayUsage) -> TrialOutcome:
+    def _outcome(self, plan: TrialRef, result: SandboxResult, usage: GatewayUsage) -> TrialOutcome:
         natural, recorded = parse_answer(result.stdout)
         score = Fraction(0)
         answer_digest = None
@@ -195,7 +176,7 @@ class TrialRunner:
 
 
 def trial_completed(
-    plan: TrialPlan,
+    plan: TrialRef,
     *,
     backend: str,
     isolation: Literal["isolated", "none"],
@@ -241,7 +222,7 @@ def trial_completed(
 def unfinished_trial(
     backend: str,
     limits: dict[str, int],
-    plan: TrialPlan,
+    plan: TrialRef,
     detail: str,
     tokens: TokenUsage | None = None,
     calls: int = 0,

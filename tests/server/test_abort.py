@@ -18,6 +18,7 @@ from holedger.analysis.gains import collect
 from holedger.cli import cli
 from holedger.errors import PolicyError, UsageError
 from holedger.replay.runs import replay_run
+from holedger.server.core import ServerCore
 from holedger.server.lifecycle import abort_run
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
@@ -41,7 +42,7 @@ def _stop_before_trials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.undo()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(RunService, "_run_trials", stop)
+    monkeypatch.setattr(ServerCore, "run_trials", stop)
 
 
 def test_an_open_run_is_closed_as_aborted_and_verifies_so(

@@ -236,17 +236,17 @@ def test_a_resumed_nomination_counts_only_its_own_model_calls(
     (each trial's tokens are the sum of its own calls)."""
     with _model_service(fresh_home, tmp_path) as (service, ledger):
         run_id = service.open_run("model").run_id
-        append = service._append
+        append = service.core.append
 
         def dies_before_scoring(run: str, items: Any) -> None:
             if any(item[0] == "RunScored" for item in items):
                 raise RuntimeError("the server died")
             append(run, items)
 
-        monkeypatch.setattr(service, "_append", dies_before_scoring)
+        monkeypatch.setattr(service.core, "append", dies_before_scoring)
         with pytest.raises(RuntimeError, match="died"):
             service.nominate(run_id, "seed")
-        monkeypatch.setattr(service, "_append", append)
+        monkeypatch.setattr(service.core, "append", append)
         first = {r.payload["trial_id"] for r in ledger.records(run_id) if r.type == "GatewayCall"}
         assert first  # the cut-short attempt's calls are in the log
         service.nominate(run_id, "seed")

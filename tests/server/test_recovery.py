@@ -27,6 +27,8 @@ from holedger.gateway.tokens import tokens_table
 from holedger.ledger.store import Ledger
 from holedger.replay.runs import replay_run
 from holedger.schemas.events import TrialCompleted
+from holedger.server.core import ServerCore
+from holedger.server.recovery import record_left
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
@@ -83,7 +85,7 @@ def _interrupt_before_trials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.undo()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(RunService, "_run_trials", stop)
+    monkeypatch.setattr(ServerCore, "run_trials", stop)
 
 
 def test_an_eval_killed_outright_is_recorded_by_run_recover(
@@ -395,9 +397,9 @@ def test_a_request_is_never_recorded_twice(
     request = next(iter(service.state(run_id).pending.values()))
     other = _service(fresh_home, tiny)
     try:
-        assert service._record_left(run_id, request) is True
+        assert record_left(service.core, run_id, request) is True
         before = list(service.ledger.records(run_id))
-        assert other._record_left(run_id, request) is False
+        assert record_left(other.core, run_id, request) is False
         # Even with its events built before the first appended them, the second appends
         # nothing: the append is decided on the run as it is then.
         again = [
@@ -406,7 +408,7 @@ def test_a_request_is_never_recorded_twice(
             if r.type in ("TrialCompleted", "SafetyViolation", "DisclosureProjected")
         ]
         assert len(again) == 3
-        assert other._record_request(run_id, request.request_id, again) is False
+        assert other.core.record_request(run_id, request.request_id, again) is False
         assert [r.seq for r in service.ledger.records(run_id)] == [r.seq for r in before]
     finally:
         other.close()
@@ -474,7 +476,7 @@ def test_a_baseline_run_whose_backend_is_gone_is_not_resumed(
     """A baseline run cut short whose backend can no longer be used is left behind, and
     the next `run open` starts another rather than failing on it for good."""
     from holedger.errors import SandboxError
-    from holedger.server import service as service_module
+    from holedger.server import baseline as baseline_module
     from holedger.server.service import RunConfig
 
     service = fresh_service
@@ -483,14 +485,14 @@ def test_a_baseline_run_whose_backend_is_gone_is_not_resumed(
         service.open_run("tiny")
     [stuck] = service.ledger.run_ids()
     RunConfig("tiny", "docker").save(service.settings, stuck)  # as if it had used docker
-    real = service_module.get_backend
+    real = baseline_module.get_backend
 
     def no_docker(name: str | None = None) -> Any:
         if name == "docker":
             raise SandboxError("sandbox backend 'docker' is unavailable")
         return real(name)
 
-    monkeypatch.setattr(service_module, "get_backend", no_docker)
+    monkeypatch.setattr(baseline_module, "get_backend", no_docker)
     opened = service.open_run("tiny")
     assert opened.seed_baseline is not None
     assert opened.seed_baseline.baseline_run_id not in (stuck, opened.run_id)

@@ -14,6 +14,7 @@ from holedger.errors import BudgetExceededError, NotFoundError, PolicyError, Una
 from holedger.ledger.store import Ledger
 from holedger.protocol.rules import BASELINE_OPTIMIZER
 from holedger.schemas.events import EvaluationRequested, RunScored
+from holedger.server.core import ServerCore
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
@@ -242,15 +243,15 @@ def test_a_nomination_cut_short_during_held_out_scoring_is_finished_by_nominatin
     # request are recorded, the trials and RunScored (one append) are not.
     run_id = service.open_run("tiny").run_id
     other = perfect_candidate(service, run_id, tiny)
-    run_trials = RunService._run_trials
+    run_trials = ServerCore.run_trials
 
     def stopped(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(RunService, "_run_trials", stopped)
+    monkeypatch.setattr(ServerCore, "run_trials", stopped)
     with pytest.raises(KeyboardInterrupt):
         service.nominate(run_id, "seed")
-    monkeypatch.setattr(RunService, "_run_trials", run_trials)
+    monkeypatch.setattr(ServerCore, "run_trials", run_trials)
     with pytest.raises(PolicyError, match="already has a nomination"):
         service.nominate(run_id, other)
     scored = service.nominate(run_id, "seed")
@@ -388,16 +389,16 @@ def test_an_interrupted_evaluation_is_recorded_whole_with_the_trials_not_run(
     run_id = service.open_run("tiny", baseline=False).run_id
     slow = candidate_with_main(service, run_id, tiny, slow_main(1.5))
     cases = CASES["dev"][:4]  # two workers: two run, two wait
-    from holedger.server import service as service_module
+    from holedger.server import dispatch
 
     started = threading.Event()
-    run_one = service_module._run_one
+    run_one = dispatch.run_one
 
     def spy(*args: Any) -> Any:
         started.set()
         return run_one(*args)
 
-    monkeypatch.setattr(service_module, "_run_one", spy)
+    monkeypatch.setattr(dispatch, "run_one", spy)
 
     def interrupt() -> None:  # as Ctrl-C does, once the first trials run
         if started.wait(30):

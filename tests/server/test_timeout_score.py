@@ -16,7 +16,8 @@ from holedger.ledger.store import Ledger
 from holedger.sandboxes import get_backend
 from holedger.sandboxes.spec import Limits, SandboxSpec
 from holedger.schemas.events import TokenUsage
-from holedger.server.trials import GatewayUsage, TrialPlan, TrialRunner
+from holedger.server.executor import LocalExecutor
+from holedger.server.trials import GatewayUsage, TrialRef, TrialRunner
 
 ANSWERS_THEN_HANGS = (
     "import json, sys, time\nprint(json.dumps({'answer': 'right'}), flush=True)\ntime.sleep(60)\n"
@@ -53,14 +54,15 @@ def _outcome(ledger: Ledger, tmp_path: Path, rule: str | None) -> Any:
     runner = TrialRunner(
         ledger=ledger,
         repo=None,  # type: ignore[arg-type]  (no checkout: the result is given)
-        backend=backend,
+        executor=LocalExecutor(),
+        backend=backend.name,
         entrypoint=[sys.executable, "h.py"],
         model="m",
         limits=limits,
         verify=_verify,
         timeout_score=rule,
     )
-    plan = TrialPlan("r", "req-1", "req-1/c/0", "c" * 40, "dev", "c", 0, {})
+    plan = TrialRef("r", "req-1", "req-1/c/0", "c" * 40, "dev", "c", 0, {})
     return runner._outcome(plan, result, GatewayUsage(TokenUsage(), 0))
 
 
