@@ -26,32 +26,41 @@ def analysis_group() -> None:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _run_sources(command: _F) -> _F:
-    """The options every analysis takes: which runs, from where, replayed or not."""
-    for option in reversed(
-        [
-            click.option("--task", "task_id", default=None, help="Only runs of this task."),
-            click.option(
-                "--verify", is_flag=True, help="Replay each run; count only verified runs."
-            ),
-            click.option(
-                "--trusted-key",
-                "trusted",
-                multiple=True,
-                help="With --verify: a verifier key (name+id+key) or keyring file pinning "
-                "the runs' keys.",
-            ),
-            click.option(
-                "--bundle",
-                "bundles",
-                multiple=True,
-                type=click.Path(exists=True, dir_okay=False),
-                help="Read runs from these bundles (holedger export) instead of the home's ledger.",
-            ),
-        ]
-    ):
-        command = option(command)
-    return command
+TASK = click.option("--task", "task_id", default=None, help="Only runs of this task.")
+BUNDLES = click.option(
+    "--bundle",
+    "bundles",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Read runs from these bundles (holedger export) instead of the home's ledger.",
+)
+TRUSTED = click.option(
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    help="With verification: a verifier key (name+id+key) or keyring file pinning the runs' keys.",
+)
+JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def with_options(*options: Callable[[_F], _F]) -> Callable[[_F], _F]:
+    """One decorator applying ``options`` in the order given (as --help lists them)."""
+
+    def decorate(command: _F) -> _F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+# The options of gains and capabilities: which runs, from where, replayed or not.
+_run_sources = with_options(
+    TASK,
+    click.option("--verify", is_flag=True, help="Replay each run; count only verified runs."),
+    TRUSTED,
+    BUNDLES,
+)
 
 
 def _collect(
@@ -64,7 +73,7 @@ def _collect(
 ) -> tuple[list[RunGain], list[str], str, list[str]]:
     """The scored runs the options name, the ids left out (not verified), a note on how
     they were read, and the aborted runs left out (no score)."""
-    from holedger.analysis.gains import collect, collect_bundles
+    from holedger.analysis.gains import gather
     from holedger.ledger.keys import load_trusted_keys
     from holedger.ledger.store import Ledger
 
@@ -74,9 +83,11 @@ def _collect(
     excluded: list[str] = []
     no_baseline: list[str] = []
     aborted: list[str] = []
-    if bundles:
-        gains = collect_bundles(
-            list(bundles),
+    ledger = None if bundles else Ledger.open(settings(ctx).ledger_url, None, create_tables=False)
+    try:
+        gains = gather(
+            ledger=ledger,
+            bundles=bundles,
             task_id=task_id,
             include_baselines=baselines,
             verify=verify,
@@ -85,20 +96,8 @@ def _collect(
             no_baseline=no_baseline,
             aborted=aborted,
         )
-    else:
-        cfg = settings(ctx)
-        ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
-        try:
-            gains = collect(
-                ledger,
-                task_id=task_id,
-                include_baselines=baselines,
-                verify=verify,
-                excluded=excluded,
-                trusted_keys=keys,
-                aborted=aborted,
-            )
-        finally:
+    finally:
+        if ledger is not None:
             ledger.close()
     if verify:
         see = "holedger verify BUNDLE" if bundles else "holedger replay RUN"
@@ -131,7 +130,7 @@ def _collect(
 @analysis_group.command("gains")
 @_run_sources
 @click.option("--baselines", is_flag=True, help="Include the seed-baseline runs.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON
 @click.pass_context
 def gains_cmd(
     ctx: click.Context,
@@ -226,7 +225,7 @@ def gains_cmd(
     multiple=True,
     help="An anchor evolver (repeat); default: every evolver with a complete column.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON
 @click.pass_context
 def capabilities_cmd(
     ctx: click.Context,

@@ -210,6 +210,37 @@ def collect(
     return gains
 
 
+def gather(
+    *,
+    ledger: Ledger | None,
+    bundles: Sequence[str],
+    task_id: str | None,
+    verify: bool,
+    trusted_keys: Sequence[PublicKey],
+    excluded: list[str],
+    no_baseline: list[str],
+    aborted: list[str] | None = None,
+    include_baselines: bool = False,
+    extract: Extract = gain_of,
+    wanted: frozenset[str] | None = None,
+) -> list[RunGain]:
+    """The runs of the analyses' one source: the ``bundles`` when any are given
+    (:func:`collect_bundles`), else the ``ledger`` (:func:`collect`)."""
+    common: dict[str, Any] = {
+        "task_id": task_id,
+        "include_baselines": include_baselines,
+        "verify": verify,
+        "excluded": excluded,
+        "trusted_keys": trusted_keys,
+        "aborted": aborted,
+        "extract": extract,
+    }
+    if bundles:
+        return collect_bundles(list(bundles), no_baseline=no_baseline, wanted=wanted, **common)
+    assert ledger is not None, "no bundles: a ledger is the source"
+    return collect(ledger, **common)
+
+
 def collect_bundles(
     paths: Sequence[str],
     *,

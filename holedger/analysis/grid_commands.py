@@ -5,13 +5,14 @@ results table (never verified: every output says so first)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from holedger.analysis.commands import analysis_group
+from holedger.analysis.commands import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, plain, settings, table
 
@@ -21,47 +22,33 @@ if TYPE_CHECKING:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _grid_sources(command: _F) -> _F:
-    options = [
-        click.option("--task", "task_id", default=None, help="Only runs of this task."),
-        click.option(
-            "--bundle",
-            "bundles",
-            multiple=True,
-            type=click.Path(exists=True, dir_okay=False),
-            help="Read runs from these bundles (holedger export); verified unless --no-verify.",
-        ),
-        click.option(
-            "--table",
-            "table_path",
-            default=None,
-            type=click.Path(exists=True, dir_okay=False),
-            help="Read a published results table (CSV: model, harness, [scope, family, "
-            "release,] one column of g per task). Nothing read from it is verified.",
-        ),
-        click.option(
-            "--band",
-            "bands",
-            multiple=True,
-            help="TASK=B: the resolution band of a table's task holedger does not know.",
-        ),
-        click.option(
-            "--verify/--no-verify",
-            default=None,
-            help="Replay each run and count only the runs that verify (default: on for "
-            "--bundle, off for the ledger).",
-        ),
-        click.option(
-            "--trusted-key",
-            "trusted",
-            multiple=True,
-            help="With verification: a verifier key or keyring file pinning the runs' keys.",
-        ),
-        click.option("--json", "as_json", is_flag=True, help="Print JSON."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+# The options of every grid analysis: runs from the ledger or bundles, or a table.
+_grid_sources = with_options(
+    TASK,
+    BUNDLES,
+    click.option(
+        "--table",
+        "table_path",
+        default=None,
+        type=click.Path(exists=True, dir_okay=False),
+        help="Read a published results table (CSV: model, harness, [scope, family, "
+        "release,] one column of g per task). Nothing read from it is verified.",
+    ),
+    click.option(
+        "--band",
+        "bands",
+        multiple=True,
+        help="TASK=B: the resolution band of a table's task holedger does not know.",
+    ),
+    click.option(
+        "--verify/--no-verify",
+        default=None,
+        help="Replay each run and count only the runs that verify (default: on for "
+        "--bundle, off for the ledger).",
+    ),
+    TRUSTED,
+    JSON,
+)
 
 
 def load_source(
@@ -163,7 +150,31 @@ def _show(ctx: click.Context, compute: Callable[[Source], dict[str, Any]], rende
     _tail(data)
 
 
+Render = Callable[[dict[str, Any]], None]
+
+
+def grid_analysis(name: str, compute: str) -> Callable[[Render], click.Command]:
+    """A grid analysis as a command: the source options, ``suite.<compute>`` of the source
+    (``--json`` prints it), and the decorated function rendering it as text; that
+    function's docstring is the command's help."""
+
+    def make(render: Render) -> click.Command:
+        @analysis_group.command(name, help=inspect.getdoc(render))
+        @_grid_sources
+        @click.pass_context
+        def command(ctx: click.Context, /, **_: Any) -> None:
+            from holedger.analysis import suite
+
+            _show(ctx, getattr(suite, compute), render)
+
+        return command
+
+    return make
+
+
+@grid_analysis("grid", "grid_json")
 def _render_grid(data: dict[str, Any]) -> None:
+    """Mean, min-max range and n of g per (task, optimizer model, harness), with the band (A6)."""
     rows = [
         [
             c["task"],
@@ -182,16 +193,6 @@ def _render_grid(data: dict[str, Any]) -> None:
     console().print(table("results grid", heads, rows))
     for note in data["band_notes"]:
         click.echo(note)
-
-
-@analysis_group.command("grid")
-@_grid_sources
-@click.pass_context
-def grid_cmd(ctx: click.Context, /, **_: Any) -> None:
-    """Mean, min-max range and n of g per (task, optimizer model, harness), with the band (A6)."""
-    from holedger.analysis.suite import grid_json
-
-    _show(ctx, grid_json, _render_grid)
 
 
 @analysis_group.command("lss")
@@ -331,25 +332,18 @@ def contrasts_cmd(ctx: click.Context, /, harness: str | None, **_: Any) -> None:
     _show(ctx, lambda s: contrasts_json(s, harness=harness), render)
 
 
-@analysis_group.command("ladder")
-@_grid_sources
-@click.pass_context
-def ladder_cmd(ctx: click.Context, /, **_: Any) -> None:
+@grid_analysis("ladder", "ladder_json")
+def ladder_cmd(data: dict[str, Any]) -> None:
     """g per release of each model family, monotonicity, steps beyond band (A11)."""
-    from holedger.analysis.suite import ladder_json
-
-    def render(data: dict[str, Any]) -> None:
-        for lad in data["ladders"]:
-            steps = " -> ".join(f"{r['release']}: {_f(r['g'])}" for r in lad["releases"])
-            click.echo(f"{lad['family']} on {lad['task']} ({lad['harness']}): {steps}")
-            click.echo(
-                f"  monotone: {lad['monotone']}; steps beyond band: {lad['steps_beyond_band']}"
-                f"/{len(lad['steps'])}; first to last {_f(lad['first_to_last'])}"
-                f" ({'beyond' if lad['first_to_last_beyond_band'] else 'within'} band)"
-            )
-        if not data["ladders"]:
-            click.echo("no family with two or more releases (give --family and --release)")
-        for note in data["notes"]:
-            click.echo(note)
-
-    _show(ctx, ladder_json, render)
+    for lad in data["ladders"]:
+        steps = " -> ".join(f"{r['release']}: {_f(r['g'])}" for r in lad["releases"])
+        click.echo(f"{lad['family']} on {lad['task']} ({lad['harness']}): {steps}")
+        click.echo(
+            f"  monotone: {lad['monotone']}; steps beyond band: {lad['steps_beyond_band']}"
+            f"/{len(lad['steps'])}; first to last {_f(lad['first_to_last'])}"
+            f" ({'beyond' if lad['first_to_last_beyond_band'] else 'within'} band)"
+        )
+    if not data["ladders"]:
+        click.echo("no family with two or more releases (give --family and --release)")
+    for note in data["notes"]:
+        click.echo(note)

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from holedger.analysis.commands import analysis_group
-from holedger.analysis.grid_commands import _f, _grid_sources, _show, load_source
+from holedger.analysis.grid_commands import _f, _grid_sources, grid_analysis, load_source
 from holedger.output import console, emit_json, plain, table
 
 WHO = ["run", "task", "model", "harness"]
@@ -21,212 +21,163 @@ def _who(row: dict[str, Any]) -> list[Any]:
     return [(row["run_id"] or "")[:8], row["task"], row["model"], row["harness"]]
 
 
-@analysis_group.command("budget")
-@_grid_sources
-@click.pass_context
-def budget_cmd(ctx: click.Context, /, **_: Any) -> None:
+@grid_analysis("budget", "budget_json")
+def budget_cmd(data: dict[str, Any]) -> None:
     """Budget use per run, medians, exhaustion by scope and task, and which component
     binds first (A14)."""
-    from holedger.analysis.suite import budget_json
-
-    def render(data: dict[str, Any]) -> None:
-        rows = [
-            [
-                *_who(r),
-                _f(r["call_usage"], False),
-                _f(r["pass_usage"], False),
-                ",".join(r["exhausted_splits"]) or "-",
-                r["binds_first"],
-            ]
-            for r in data["runs"]
+    rows = [
+        [
+            *_who(r),
+            _f(r["call_usage"], False),
+            _f(r["pass_usage"], False),
+            ",".join(r["exhausted_splits"]) or "-",
+            r["binds_first"],
         ]
-        heads = [*WHO, "calls", "passes", "exhausted", "binds first"]
-        console().print(table("budget use", heads, rows))
-        click.echo(
-            f"median call usage {_f(data['median_call_usage'], False)}, median case-pass "
-            f"usage {_f(data['median_pass_usage'], False)}; exhausted {data['exhausted']}"
-            f"/{len(data['runs'])}"
-        )
-        click.echo(f"exhausted by scope: {data['exhausted_by_scope']}")
-        click.echo(f"exhausted by task: {data['exhausted_by_task']}")
-        click.echo(f"binds first: {data['binds_first']}")
+        for r in data["runs"]
+    ]
+    heads = [*WHO, "calls", "passes", "exhausted", "binds first"]
+    console().print(table("budget use", heads, rows))
+    click.echo(
+        f"median call usage {_f(data['median_call_usage'], False)}, median case-pass "
+        f"usage {_f(data['median_pass_usage'], False)}; exhausted {data['exhausted']}"
+        f"/{len(data['runs'])}"
+    )
+    click.echo(f"exhausted by scope: {data['exhausted_by_scope']}")
+    click.echo(f"exhausted by task: {data['exhausted_by_task']}")
+    click.echo(f"binds first: {data['binds_first']}")
 
-    _show(ctx, budget_json, render)
 
-
-@analysis_group.command("tokens")
-@_grid_sources
-@click.pass_context
-def tokens_cmd(ctx: click.Context, /, **_: Any) -> None:
+@grid_analysis("tokens", "tokens_json")
+def tokens_cmd(data: dict[str, Any]) -> None:
     """Target-model tokens (search and held-out) and optimizer tokens beside g (A15)."""
-    from holedger.analysis.suite import tokens_json
-
-    def render(data: dict[str, Any]) -> None:
-        rows = [
-            [
-                *_who(r),
-                _f(r["g"]),
-                r["target_tokens_search"],
-                r["target_tokens_heldout"],
-                r["optimizer_tokens"].get("total", 0),
-            ]
-            for r in data["runs"]
+    rows = [
+        [
+            *_who(r),
+            _f(r["g"]),
+            r["target_tokens_search"],
+            r["target_tokens_heldout"],
+            r["optimizer_tokens"].get("total", 0),
         ]
-        heads = [*WHO, "g", "target search", "target test", "optimizer"]
-        console().print(table("tokens", heads, rows))
-        for task, rho in data["spearman_target_tokens_g"].items():
-            click.echo(
-                f"{task}: Spearman rho(target tokens, g) = {'-' if rho is None else f'{rho:+.3f}'}"
-            )
-
-    _show(ctx, tokens_json, render)
-
-
-@analysis_group.command("optimism")
-@_grid_sources
-@click.pass_context
-def optimism_cmd(ctx: click.Context, /, **_: Any) -> None:
-    """Best val aggregate seen against held-out E(H+), runs below the identity (A16)."""
-    from holedger.analysis.suite import optimism_json
-
-    def render(data: dict[str, Any]) -> None:
-        rows = [
-            [
-                *_who(r),
-                _f(r["val_best"], False),
-                _f(r["heldout"], False),
-                _f(r["optimism"]),
-            ]
-            for r in data["runs"]
-        ]
-        heads = [*WHO, "best val", "E(H+) test", "optimism"]
-        console().print(table("val-best against held-out", heads, rows))
+        for r in data["runs"]
+    ]
+    heads = [*WHO, "g", "target search", "target test", "optimizer"]
+    console().print(table("tokens", heads, rows))
+    for task, rho in data["spearman_target_tokens_g"].items():
         click.echo(
-            f"below the identity (test < best val): {data['below_identity']}/{data['of']}; "
-            f"mean optimism {_f(data['mean_optimism'])}"
+            f"{task}: Spearman rho(target tokens, g) = {'-' if rho is None else f'{rho:+.3f}'}"
         )
 
-    _show(ctx, optimism_json, render)
+
+@grid_analysis("optimism", "optimism_json")
+def optimism_cmd(data: dict[str, Any]) -> None:
+    """Best val aggregate seen against held-out E(H+), runs below the identity (A16)."""
+    rows = [
+        [
+            *_who(r),
+            _f(r["val_best"], False),
+            _f(r["heldout"], False),
+            _f(r["optimism"]),
+        ]
+        for r in data["runs"]
+    ]
+    heads = [*WHO, "best val", "E(H+) test", "optimism"]
+    console().print(table("val-best against held-out", heads, rows))
+    click.echo(
+        f"below the identity (test < best val): {data['below_identity']}/{data['of']}; "
+        f"mean optimism {_f(data['mean_optimism'])}"
+    )
 
 
-@analysis_group.command("frontier")
-@_grid_sources
-@click.pass_context
-def frontier_cmd(ctx: click.Context, /, **_: Any) -> None:
+@grid_analysis("frontier", "frontier_json")
+def frontier_cmd(data: dict[str, Any]) -> None:
     """The Pareto frontier of optimizer tokens against g, per task (A17)."""
-    from holedger.analysis.suite import frontier_json
-
-    def render(data: dict[str, Any]) -> None:
-        for task, pts in data["tasks"].items():
-            rows = [
-                [
-                    p["run_id"][:8],
-                    p["model"],
-                    p["harness"],
-                    p["tokens"],
-                    _f(p["g"]),
-                    "frontier" if p["on_frontier"] else p["label"],
-                ]
-                for p in pts
-            ]
-            heads = ["run", "model", "harness", "optimizer tokens", "g", ""]
-            console().print(table(f"{task}: tokens against g", heads, rows))
-        if not data["tasks"]:
-            click.echo("no run has metered optimizer tokens")
-
-    _show(ctx, frontier_json, render)
-
-
-@analysis_group.command("bands")
-@_grid_sources
-@click.pass_context
-def bands_cmd(ctx: click.Context, /, **_: Any) -> None:
-    """Per task: the resolution band, and the gains it cannot tell from 0 (|g| <= b) (A5)."""
-    from holedger.analysis.suite import bands_json
-
-    def render(data: dict[str, Any]) -> None:
+    for task, pts in data["tasks"].items():
         rows = [
             [
-                t["task"],
-                _f(t["band_parameter"], False),
-                "-" if t["band_from_rescorings"] is None else t["band_from_rescorings"],
-                t["observations"],
-                t["indistinguishable_from_zero"],
-                t["resolved_from_zero"],
+                p["run_id"][:8],
+                p["model"],
+                p["harness"],
+                p["tokens"],
+                _f(p["g"]),
+                "frontier" if p["on_frontier"] else p["label"],
             ]
-            for t in data["tasks"]
+            for p in pts
         ]
-        heads = ["task", "band", "from re-scorings", "g values", "|g| <= b", "|g| > b"]
-        console().print(table("resolution bands", heads, rows))
-        click.echo(data["rescorings_note"])
+        heads = ["run", "model", "harness", "optimizer tokens", "g", ""]
+        console().print(table(f"{task}: tokens against g", heads, rows))
+    if not data["tasks"]:
+        click.echo("no run has metered optimizer tokens")
 
-    _show(ctx, bands_json, render)
+
+@grid_analysis("bands", "bands_json")
+def bands_cmd(data: dict[str, Any]) -> None:
+    """Per task: the resolution band, and the gains it cannot tell from 0 (|g| <= b) (A5)."""
+    rows = [
+        [
+            t["task"],
+            _f(t["band_parameter"], False),
+            "-" if t["band_from_rescorings"] is None else t["band_from_rescorings"],
+            t["observations"],
+            t["indistinguishable_from_zero"],
+            t["resolved_from_zero"],
+        ]
+        for t in data["tasks"]
+    ]
+    heads = ["task", "band", "from re-scorings", "g values", "|g| <= b", "|g| > b"]
+    console().print(table("resolution bands", heads, rows))
+    click.echo(data["rescorings_note"])
 
 
-@analysis_group.command("levers")
-@_grid_sources
-@click.pass_context
-def levers_cmd(ctx: click.Context, /, **_: Any) -> None:
+@grid_analysis("levers", "levers_json")
+def levers_cmd(data: dict[str, Any]) -> None:
     """Levers each run's candidates modified, breadth, total edits, and per task
     Spearman rho(breadth, g) (A12)."""
-    from holedger.analysis.suite import levers_json
-
-    def render(data: dict[str, Any]) -> None:
-        rows = [
-            [
-                *_who(r),
-                _f(r["g"]),
-                f"{len(r['levers_touched'])}/8",
-                "-" if r["breadth_examined"] is None else f"{r['breadth_examined']}/8",
-                r["edits"],
-                ", ".join(r["levers_modified"]) or "-",
-            ]
-            for r in data["runs"]
+    rows = [
+        [
+            *_who(r),
+            _f(r["g"]),
+            f"{len(r['levers_touched'])}/8",
+            "-" if r["breadth_examined"] is None else f"{r['breadth_examined']}/8",
+            r["edits"],
+            ", ".join(r["levers_modified"]) or "-",
         ]
-        heads = [*WHO, "g", "breadth", "examined", "edits", "levers modified"]
-        console().print(table("lever breadth", heads, rows, fold=("levers modified",)))
-        for task, rho in data["spearman_breadth_g"].items():
-            shown = "-" if rho is None else f"{rho:+.3f}"
-            click.echo(f"{task}: Spearman rho(breadth, g) = {shown}")
-        for item in data["trees_missing"]:
-            click.echo(f"no trees: {item['run'][:8]}: {item['why']}")
-        click.echo(data["examined_note"])
+        for r in data["runs"]
+    ]
+    heads = [*WHO, "g", "breadth", "examined", "edits", "levers modified"]
+    console().print(table("lever breadth", heads, rows, fold=("levers modified",)))
+    for task, rho in data["spearman_breadth_g"].items():
+        shown = "-" if rho is None else f"{rho:+.3f}"
+        click.echo(f"{task}: Spearman rho(breadth, g) = {shown}")
+    for item in data["trees_missing"]:
+        click.echo(f"no trees: {item['run'][:8]}: {item['why']}")
+    click.echo(data["examined_note"])
 
-    _show(ctx, levers_json, render)
 
-
-@analysis_group.command("trace")
-@_grid_sources
-@click.pass_context
-def trace_cmd(ctx: click.Context, /, **_: Any) -> None:
+@grid_analysis("trace", "trace_json")
+def trace_cmd(data: dict[str, Any]) -> None:
     """Trace-reading share and deep-fetch counts (A13), from the optimizer's recorded reads."""
-    from holedger.analysis.suite import trace_json
-
-    def render(data: dict[str, Any]) -> None:
-        rows = [
-            [
-                *_who(r),
-                _f(r["g"]),
-                r["actions"],
-                r["output_reads"],
-                r["trace_fetches"],
-                _f(r["share"], False),
-            ]
-            for r in data["runs"]
+    rows = [
+        [
+            *_who(r),
+            _f(r["g"]),
+            r["actions"],
+            r["output_reads"],
+            r["trace_fetches"],
+            _f(r["share"], False),
         ]
-        heads = [*WHO, "g", "actions", "output reads", "trace fetches", "share"]
-        console().print(table("trace reading", heads, rows))
-        for task, rho in data["spearman_share_g"].items():
-            shown = "-" if rho is None else f"{rho:+.3f}"
-            click.echo(f"{task}: Spearman rho(trace-reading share, g) = {shown}")
-        click.echo(
-            f"deep fetches: {data['deep_fetches']} in total; {data['cells_with_deep_fetch']} of "
-            f"{data['cells']} cells fetched a trace at least once"
-        )
-        for item in data["runs_without_reads"]:
-            click.echo(f"{(item['run'] or '')[:8]}: {item['why']}")
-
-    _show(ctx, trace_json, render)
+        for r in data["runs"]
+    ]
+    heads = [*WHO, "g", "actions", "output reads", "trace fetches", "share"]
+    console().print(table("trace reading", heads, rows))
+    for task, rho in data["spearman_share_g"].items():
+        shown = "-" if rho is None else f"{rho:+.3f}"
+        click.echo(f"{task}: Spearman rho(trace-reading share, g) = {shown}")
+    click.echo(
+        f"deep fetches: {data['deep_fetches']} in total; {data['cells_with_deep_fetch']} of "
+        f"{data['cells']} cells fetched a trace at least once"
+    )
+    for item in data["runs_without_reads"]:
+        click.echo(f"{(item['run'] or '')[:8]}: {item['why']}")
 
 
 @analysis_group.command("report")

@@ -15,13 +15,13 @@ knows (its band is the task's) or be given a band with ``--band TASK=B``.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from holedger.analysis.csvtable import read_table, table_number
 from holedger.analysis.facts import FACT_TYPES, RunFacts, facts_of
 from holedger.analysis.grid import Observation
 from holedger.errors import UsageError
@@ -122,46 +122,37 @@ def from_runs(
     trusted_keys: Sequence[PublicKey] = (),
 ) -> Source:
     """Read every run of the ledger (or the bundles) into a Source."""
-    from holedger.analysis.gains import collect, collect_bundles
+    from holedger.analysis.gains import gather
+    from holedger.ledger.store import Ledger
     from holedger.protocol.rules import BASELINE_OPTIMIZER
 
     left: list[tuple[str, str]] = []
     excluded: list[str] = []
     no_baseline: list[str] = []
-    extract = _extractor(left)
-    if bundles:
-        origin = "bundles"
-        gains = collect_bundles(
-            list(bundles),
+    origin = "bundles" if bundles else "ledger"
+    ledger = None
+    if not bundles:
+        assert ledger_url is not None
+        ledger = Ledger.open(ledger_url, None, create_tables=False)
+    try:
+        for info in ledger.runs() if ledger is not None else ():
+            if info.state != "closed" and (not task_id or info.task_id == task_id):
+                if info.optimizer != BASELINE_OPTIMIZER:
+                    why = "aborted" if info.state == "aborted" else f"not closed ({info.state})"
+                    left.append((info.run_id, why))
+        gains = gather(
+            ledger=ledger,
+            bundles=bundles,
             task_id=task_id,
             verify=verify,
             excluded=excluded,
             trusted_keys=trusted_keys,
             no_baseline=no_baseline,
-            extract=extract,
+            extract=_extractor(left),
             wanted=FACT_TYPES,
         )
-    else:
-        from holedger.ledger.store import Ledger
-
-        origin = "ledger"
-        assert ledger_url is not None
-        ledger = Ledger.open(ledger_url, None, create_tables=False)
-        try:
-            for info in ledger.runs():
-                if info.state != "closed" and (not task_id or info.task_id == task_id):
-                    if info.optimizer != BASELINE_OPTIMIZER:
-                        why = "aborted" if info.state == "aborted" else f"not closed ({info.state})"
-                        left.append((info.run_id, why))
-            gains = collect(
-                ledger,
-                task_id=task_id,
-                verify=verify,
-                excluded=excluded,
-                trusted_keys=trusted_keys,
-                extract=extract,
-            )
-        finally:
+    finally:
+        if ledger is not None:
             ledger.close()
     see = "holedger verify BUNDLE" if bundles else "holedger replay RUN"
     left += [(r, f"replay does not verify it (see '{see}')") for r in excluded]
@@ -232,26 +223,14 @@ def known_task_band(task: str) -> Fraction | None:
 
 def from_table(path: str, bands: dict[str, Fraction]) -> Source:
     """Read a results table; a UsageError naming the row and column for bad input."""
-    name = Path(path).name
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise UsageError(f"table {name}: cannot be read as CSV ({exc})") from None
-    if not rows:
-        raise UsageError(f"table {name}: empty", hint="the first row names the columns")
-    header = [h.strip() for h in rows[0]]
-    for required in ("model", "harness"):
-        if required not in header:
-            raise UsageError(
-                f"table {name}: missing column {required!r}",
-                hint="columns: model, harness, [scope, family, release,] one per task",
-            )
+    name, header, rows = read_table(
+        path,
+        ("model", "harness"),
+        "columns: model, harness, [scope, family, release,] one per task",
+    )
     tasks = [h for h in header if h not in TABLE_FIELDS]
     if not tasks:
         raise UsageError(f"table {name}: no task column", hint="add one column of g per task")
-    if len(set(header)) != len(header):
-        raise UsageError(f"table {name}: a column name appears twice")
     task_band: dict[str, Fraction] = {}
     for col, task in enumerate(header, start=1):
         if task not in tasks:
@@ -267,14 +246,7 @@ def from_table(path: str, bands: dict[str, Fraction]) -> Source:
         task_band[task] = band
     source = Source("table", verified=None, note=UNVERIFIED)
     seen: dict[tuple[str, str], int] = {}
-    for line, row in enumerate(rows[1:], start=2):
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            raise UsageError(
-                f"table {name} row {line}: {len(row)} fields, the header has {len(header)}"
-            )
-        cells = dict(zip(header, (c.strip() for c in row), strict=True))
+    for line, cells in rows:
         model, harness = cells["model"], cells["harness"]
         if not model or not harness:
             raise UsageError(f"table {name} row {line}: empty model or harness")
@@ -291,19 +263,13 @@ def from_table(path: str, bands: dict[str, Fraction]) -> Source:
             text = cells[task]
             if not text:
                 continue
-            try:
-                g = Fraction(text)
-            except (ValueError, ZeroDivisionError):
-                raise UsageError(
-                    f"table {name} row {line}, column {task!r}: {text!r} is not a number"
-                ) from None
             source.observations.append(
                 Observation(
                     task=task,
                     model=model,
                     harness=harness,
                     scope=scope,
-                    g=g,
+                    g=table_number(name, line, task, text),
                     band=task_band[task],
                     family=cells.get("family") or None,
                     release=cells.get("release") or None,

@@ -14,12 +14,11 @@ The table (``--table CSV``) is long: one row per cell, columns ``agent``, ``evol
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
 from fractions import Fraction
-from pathlib import Path
 
 from holedger.analysis.capabilities import agent_label, capabilities
+from holedger.analysis.csvtable import read_table, table_number
 from holedger.analysis.gains import RunGain
 from holedger.analysis.updating import Grid
 from holedger.errors import UsageError
@@ -56,43 +55,19 @@ def grids_from_gains(gains: Iterable[RunGain]) -> tuple[list[Grid], list[tuple[s
 
 def grids_from_table(path: str) -> list[Grid]:
     """Read a long table of cells; a UsageError naming the row and column for bad input."""
-    name = Path(path).name
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise UsageError(f"table {name}: cannot be read as CSV ({exc})") from None
-    if not rows:
-        raise UsageError(f"table {name}: empty", hint="the first row names the columns")
-    header = [h.strip() for h in rows[0]]
-    for required in ("agent", "evolver", "j"):
-        if required not in header:
-            raise UsageError(
-                f"table {name}: missing column {required!r}",
-                hint="columns: [benchmark,] agent, evolver (NONE for the base), j",
-            )
-    if len(set(header)) != len(header):
-        raise UsageError(f"table {name}: a column name appears twice")
+    name, _, rows = read_table(
+        path,
+        ("agent", "evolver", "j"),
+        "columns: [benchmark,] agent, evolver (NONE for the base), j",
+    )
     grids: dict[str, Grid] = {}
     seen: dict[tuple[str, str, str], int] = {}
-    for line, row in enumerate(rows[1:], start=2):
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            raise UsageError(
-                f"table {name} row {line}: {len(row)} fields, the header has {len(header)}"
-            )
-        cells = dict(zip(header, (c.strip() for c in row), strict=True))
+    for line, cells in rows:
         bench = cells.get("benchmark") or "table"
         agent, evolver, text = cells["agent"], cells["evolver"], cells["j"]
         if not agent or not evolver:
             raise UsageError(f"table {name} row {line}: empty agent or evolver")
-        try:
-            j = Fraction(text)
-        except (ValueError, ZeroDivisionError):
-            raise UsageError(
-                f"table {name} row {line}, column 'j': {text!r} is not a number"
-            ) from None
+        j = table_number(name, line, "j", text)
         if not 0 <= j <= 1:
             raise UsageError(
                 f"table {name} row {line}, column 'j': {text} is not a pass rate in [0, 1]",
