@@ -66,6 +66,7 @@ from holedger.schemas.events import (
     BudgetVector,
     CaseCost,
     DisclosurePolicy,
+    RoundError,
     SplitUse,
     TaskTerms,
     TrialCompleted,
@@ -394,7 +395,17 @@ def round_se(rounds: Sequence[Fraction]) -> str | None:
     with decimal.localcontext() as ctx:
         ctx.prec = 40
         root = (decimal.Decimal(square.numerator) / decimal.Decimal(square.denominator)).sqrt()
-        return str(root.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_HALF_EVEN))
+        rounded = root.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_HALF_EVEN)
+        return format(rounded, "f")
+
+
+def round_error(per_case: Iterable[Sequence[Fraction]]) -> RoundError | None:
+    """A K-attempt scoring's error bar (A3): its round means and their standard error
+    (:func:`round_se`); None when it has no cases or cases scored unequally often."""
+    rounds = round_means(list(per_case))
+    if not rounds:
+        return None
+    return RoundError(round_means=rounds, se=round_se(rounds))
 
 
 TIMEOUT_SCORES = ("zero", "verifier")
@@ -438,6 +449,7 @@ __all__ = [
     "projection_digest",
     "request_cost",
     "request_problem",
+    "round_error",
     "round_means",
     "round_se",
     "shown_inline",

@@ -143,6 +143,15 @@ class TaskTerms(Model):
     )
 
 
+class RoundError(Model):
+    """A K-attempt score's error bar (A3): its K round means (round r = attempt r of every
+    test case) and their standard error sd(round means, n - 1) / sqrt(K), a decimal
+    rounded half-even to 9 places (``rules.round_error``); ``se`` is None for K = 1."""
+
+    round_means: list[Rational]
+    se: str | None = Field(pattern=r"^[0-9]+\.[0-9]{9}$")
+
+
 class SeedBaseline(Model):
     """The task's pinned E(H0): computed once with the same K, itself recorded in a ledger."""
 
@@ -150,6 +159,9 @@ class SeedBaseline(Model):
     k: PositiveCount
     baseline_run_id: str | None = None
     per_case_digest: Sha256Hex | None = None
+    # E(H0)'s error bar from the baseline run's per-case scores (rules.round_error);
+    # absent in pins made before it was pinned.
+    e_h0_error: RoundError | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SplitUse(Model):
@@ -397,15 +409,6 @@ class CandidateNominated(Model):
 class CaseScores(Model):
     case_id: str
     scores: list[Rational]
-
-
-class RoundError(Model):
-    """A K-attempt score's error bar (A3): its K round means (round r = attempt r of every
-    test case) and their standard error sd(round means, n - 1) / sqrt(K), a decimal
-    rounded half-even to 9 places (``rules.round_error``); ``se`` is None for K = 1."""
-
-    round_means: list[Rational]
-    se: str | None = Field(pattern=r"^[0-9]+\.[0-9]{9}$")
 
 
 class RunScored(Model):

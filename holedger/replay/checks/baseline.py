@@ -231,4 +231,10 @@ def _compare(opened: RunOpened, pinned: SeedBaseline, found: BaselineRun) -> lis
     digest = rules.per_case_digest((c.case_id, c.scores) for c in scored.per_case)
     if pinned.per_case_digest is not None and digest != pinned.per_case_digest:
         problems.append(f"{name}'s per-case scores do not have the pinned digest")
+    error = rules.round_error(c.scores for c in scored.per_case)
+    if pinned.e_h0_error is not None and pinned.e_h0_error != error:
+        problems.append(
+            f"the pinned E(H0) error bar (se {pinned.e_h0_error.se}) is not that of {name}'s "
+            f"round means (se {None if error is None else error.se})"
+        )
     return problems

@@ -12,7 +12,12 @@ Definitions (the same ``rules`` functions the server uses):
   once per task with the same K; RunScored must repeat it;
 * g = (E(H+) - E(H0)) / (1 - E(H0)) (``rules.normalized_gain``), None when E(H0) = 1.
 
-The ``scores`` section reports E(H+), E(H0), g, the resolution band and whether g
+* the error bars (A3), when RunScored carries them: ``e_h_plus_error`` must be the K
+  round means of the held-out trials and their standard error (``rules.round_error``),
+  and ``e_h0_error`` the one pinned with the seed baseline.
+
+The ``scores`` section reports E(H+), E(H0), g, their standard errors (from the trials
+and the pin, whether RunScored carries them or not), the resolution band and whether g
 exceeds it (g > band: the gain is larger than the task's noise resolution).
 """
 
@@ -30,6 +35,7 @@ from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
     CandidateNominated,
     Model,
+    RoundError,
     RunClosed,
     RunScored,
     TrialCompleted,
@@ -137,6 +143,9 @@ class ScoresFold:
                 f"RunScored g {_r(scored.g)} differs from g {_r(g)} recomputed from its trials "
                 f"(E(H+) {_r(e_plus)}, E(H0) {_r(e0)})",
             )
+        e_plus_error = rules.round_error(derived.values())
+        self._check_errors(seq, scored, e_plus_error)
+        e0_error = self.baseline.e_h0_error if self.baseline is not None else None
         band = self.terms.resolution_band
         self.section = {
             "scored": True,
@@ -149,6 +158,8 @@ class ScoresFold:
             "e_h0_source": "pinned seed baseline" if self.baseline else "recorded (not pinned)",
             "baseline_run_id": None if self.baseline is None else self.baseline.baseline_run_id,
             "g": _r(g),
+            "e_h_plus_se": None if e_plus_error is None else e_plus_error.se,
+            "e_h0_se": None if e0_error is None else e0_error.se,
             "resolution_band": _r(band),
             "exceeds_band": g is not None and g > band,
             "recorded": {
@@ -157,6 +168,22 @@ class ScoresFold:
                 "g": _r(scored.g),
             },
         }
+
+    def _check_errors(self, seq: int, scored: RunScored, derived: RoundError | None) -> None:
+        """The recorded error bars against the trials' and the pin's (when recorded)."""
+        if scored.e_h_plus_error is not None and scored.e_h_plus_error != derived:
+            self._fail(
+                seq,
+                f"RunScored's E(H+) error bar {_error_text(scored.e_h_plus_error)} is not "
+                f"that of its trials' round means ({_error_text(derived)})",
+            )
+        pinned = self.baseline.e_h0_error if self.baseline is not None else None
+        if scored.e_h0_error is not None and scored.e_h0_error != pinned:
+            self._fail(
+                seq,
+                f"RunScored's E(H0) error bar {_error_text(scored.e_h0_error)} is not the "
+                f"pinned one ({_error_text(pinned)})",
+            )
 
     def _check_cases(self, seq: int, k: int) -> None:
         data = task_data(self.ctx)
@@ -205,6 +232,13 @@ class ScoresFold:
                     f"g {score_text(self.section['g'])} from the two",
                 )
         out.section("scores", self.section)
+
+
+def _error_text(error: RoundError | None) -> str:
+    if error is None:
+        return "none"
+    rounds = ", ".join(rational_to_str(r) for r in error.round_means)
+    return f"se {error.se} of rounds [{rounds}]"
 
 
 def _baseline_text(section: dict[str, Any]) -> str:
