@@ -76,6 +76,7 @@ def _collect(
     from holedger.analysis.gains import gather
     from holedger.ledger.keys import load_trusted_keys
     from holedger.ledger.store import Ledger
+    from holedger.protocol.rules import RESCORE_OPTIMIZER
 
     if trusted and not verify:
         raise UsageError("--trusted-key pins the keys of --verify", hint="add --verify")
@@ -99,6 +100,7 @@ def _collect(
     finally:
         if ledger is not None:
             ledger.close()
+    gains = [g for g in gains if g.optimizer != RESCORE_OPTIMIZER]  # see analysis bands
     if verify:
         see = "holedger verify BUNDLE" if bundles else "holedger replay RUN"
         parts = []
@@ -171,13 +173,13 @@ def gains_cmd(
             decimal(g.e_h0),
             "-" if g.g is None else ("+" if g.g > 0 else "") + decimal(g.g),
             decimal(g.band),
-            "yes" if g.above_band else "no",
+            {"gain": "+ > b", "loss": "- > b"}.get(g.versus_zero or "", "|g| <= b"),
         ]
         for g in gains
     ]
     out = console()
     out.print(
-        table("runs", ["run", "task", "optimizer", "E(H+)", "E(H0)", "g", "band", "> band"], rows)
+        table("runs", ["run", "task", "optimizer", "E(H+)", "E(H0)", "g", "band", "vs 0"], rows)
     )
     summary_rows = []
     for s in groups:
@@ -190,13 +192,13 @@ def gains_cmd(
                 s.optimizer,
                 data["runs"],
                 mean_g,
-                f"{data['above_band']}/{data['runs']}",
+                f"{data['resolved_gains']}/{data['resolved_losses']}/{data['within_band']}",
             ]
         )
     out.print(
         table(
             "by task and optimizer",
-            ["task", "digest", "optimizer", "runs", "mean g", "> band"],
+            ["task", "digest", "optimizer", "runs", "mean g", "gain/loss/within band"],
             summary_rows,
         )
     )

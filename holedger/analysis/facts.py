@@ -22,6 +22,7 @@ from holedger.schemas.events import (
     GatewayCall,
     OptimizerDescriptor,
     OptimizerRead,
+    RescoreOf,
     RunClosed,
     RunOpened,
     RunScored,
@@ -33,6 +34,7 @@ class Candidate:
     commit: str
     parent: str | None
     changed_paths: tuple[str, ...]
+    tree: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ class RunFacts(RunGain):
     round_means: tuple[Fraction, ...] = ()  # E(H+)'s K round means on test
     se_h_plus: float | None = None  # their standard error (A3)
     reads: Reads | None = None  # the optimizer's recorded reads; None: none recorded
+    nominee: str | None = None  # the nominated candidate's commit
+    rescore_of: RescoreOf | None = None  # a re-scoring run's binding (holedger rescore)
+    k: int = 0  # attempts per test case of its held-out scoring
+
+    @property
+    def nominee_tree(self) -> str | None:
+        return next((c.tree for c in self.candidates if c.commit == self.nominee), None)
 
 
 @dataclass(frozen=True)
@@ -87,9 +96,12 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
     blob_roles = {"answer": 0, "trace": 0}
     examined: dict[tuple[str, str | None], None] = {}
     own_actions = 0  # commits, evaluation requests and the nomination
+    nominee: str | None = None
+    held_k = 0
     for rec in records:
         if rec.type == "CandidateNominated":
             own_actions += 1
+            nominee = nominee or str(rec.payload.get("candidate"))
         if rec.type not in _READ:
             continue
         payload = rec.typed_payload()
@@ -131,12 +143,15 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
         elif isinstance(payload, CandidateCommitted):
             own_actions += payload.index > 0  # the seed is the server's, not an action
             candidates.append(
-                Candidate(payload.candidate, payload.parent, tuple(payload.changed_paths))
+                Candidate(
+                    payload.candidate, payload.parent, tuple(payload.changed_paths), payload.tree
+                )
             )
         elif isinstance(payload, RunClosed):
             closed = payload
         elif isinstance(payload, RunScored):
             rounds, se = round_means_se([c.scores for c in payload.per_case])
+            held_k = payload.k
     if closed is not None and "abort" in closed.reason:
         return f"aborted ({closed.reason})"
     if gain is None or opened is None:
@@ -163,6 +178,9 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
         candidates=tuple(candidates),
         round_means=tuple(rounds),
         se_h_plus=se,
+        nominee=nominee,
+        rescore_of=opened.rescore_of,
+        k=held_k,
         reads=None
         if not kinds
         else Reads(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from holedger.analysis.bands import indistinguishable_from_zero
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
@@ -41,8 +42,14 @@ class RunGain:
     baseline_run_id: str | None = None  # the seed-baseline run its E(H0) is pinned to
 
     @property
-    def above_band(self) -> bool:
-        return self.g is not None and self.g > self.band
+    def versus_zero(self) -> str | None:
+        """g judged by the band's two-sided rule (A5): ``gain`` (g > b) or ``loss``
+        (g < -b) when resolved from 0, ``within band`` when |g| <= b; None without g."""
+        if self.g is None:
+            return None
+        if indistinguishable_from_zero(self.g, self.band):
+            return "within band"
+        return "gain" if self.g > 0 else "loss"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,7 +64,7 @@ class RunGain:
             "e_h0": self.e_h0,
             "g": self.g,
             "resolution_band": self.band,
-            "above_band": self.above_band,
+            "versus_zero": self.versus_zero,
             "budget_used": {k: float(v) for k, v in self.budget_used.items()},
             "budget_used_exact": {k: rational_to_str(v) for k, v in self.budget_used.items()},
             "verified": self.verified,
@@ -70,7 +77,8 @@ class GroupSummary:
     task_digest: str
     optimizer: str
     gains: list[Fraction] = field(default_factory=list)
-    above: int = 0
+    resolved_gains: int = 0
+    resolved_losses: int = 0
     undefined: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -88,10 +96,9 @@ class GroupSummary:
             "mean_g_exact": None if mean is None else rational_to_str(mean),
             "min_g_exact": None if low is None else rational_to_str(low),
             "max_g_exact": None if high is None else rational_to_str(high),
-            "above_band": self.above,
-            "above_band_fraction": self.above / (n + self.undefined)
-            if n + self.undefined
-            else None,
+            "resolved_gains": self.resolved_gains,
+            "resolved_losses": self.resolved_losses,
+            "within_band": n - self.resolved_gains - self.resolved_losses,
         }
 
 
@@ -370,5 +377,6 @@ def summarize(gains: Iterable[RunGain]) -> list[GroupSummary]:
             group.undefined += 1
             continue
         group.gains.append(gain.g)
-        group.above += int(gain.above_band)
+        group.resolved_gains += gain.versus_zero == "gain"
+        group.resolved_losses += gain.versus_zero == "loss"
     return [groups[key] for key in sorted(groups)]

@@ -111,21 +111,25 @@ def frontier_cmd(data: dict[str, Any]) -> None:
 
 @grid_analysis("bands", "bands_json")
 def bands_cmd(data: dict[str, Any]) -> None:
-    """Per task: the resolution band, and the gains it cannot tell from 0 (|g| <= b) (A5)."""
+    """Per task: the resolution band parameter beside b_t derived from paired re-scorings
+    of nominees, and the gains the band cannot tell from 0 (|g| <= b) (A5)."""
     rows = [
         [
             t["task"],
             _f(t["band_parameter"], False),
-            "-" if t["band_from_rescorings"] is None else t["band_from_rescorings"],
+            "-" if t["band_from_rescorings"] is None else f"{t['band_from_rescorings']:.3f}",
+            t["rescorings"],
             t["observations"],
-            t["indistinguishable_from_zero"],
-            t["resolved_from_zero"],
+            "-" if t["indistinguishable_from_zero"] is None else t["indistinguishable_from_zero"],
+            "-" if t["resolved_from_zero"] is None else t["resolved_from_zero"],
         ]
         for t in data["tasks"]
     ]
-    heads = ["task", "band", "from re-scorings", "g values", "|g| <= b", "|g| > b"]
+    heads = ["task", "band", "from re-scorings", "pairs", "g values", "|g| <= b", "|g| > b"]
     console().print(table("resolution bands", heads, rows))
     click.echo(data["rescorings_note"])
+    for item in data["rescorings_left_out"]:
+        click.echo(f"re-scoring left out: {item['run'][:8]}: {item['why']}")
 
 
 @grid_analysis("levers", "levers_json")

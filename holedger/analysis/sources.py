@@ -42,6 +42,9 @@ class Source:
     verified: bool | None = None  # None: a table, nothing verified
     note: str = ""
     bundle_paths: list[str] = field(default_factory=list)  # where candidates' trees are
+    # Every scored run read (in the grid or not), and the re-scoring runs among them.
+    scored: dict[str, RunFacts] = field(default_factory=dict)
+    rescorings: list[RunFacts] = field(default_factory=list)
     runs_dir: Path | None = None  # the home's candidate repositories
 
     def readers(self) -> dict[str, Any]:
@@ -163,6 +166,10 @@ def from_runs(
     source = Source(origin, verified=verify, bundle_paths=list(bundles), runs_dir=runs_dir)
     for gain in gains:
         assert isinstance(gain, RunFacts)
+        source.scored[gain.run_id] = gain
+        if gain.rescore_of is not None:  # a re-scoring of another run's nominee
+            source.rescorings.append(gain)
+            continue
         obs = observation_of(gain)
         if obs is None:
             left.append(

@@ -37,6 +37,10 @@ READING_SE = (
     "A3: E(H+)'s error bar is the standard error of its K round means, round r = attempt "
     "r of every test case, sd(n - 1) / sqrt(K) (reading, not stated)"
 )
+READING_PAIRS = (
+    "A5: a re-scoring pairs with the run it re-scores: E1 is the run's own held-out score, "
+    "E2 the re-scoring's; N re-scorings of one nominee are N pairs (reading, not stated)"
+)
 READING_STUB = (
     "A7: a task whose pinned E(H0) is 0 (a stub seed) is left out of the model composite "
     "(reading, not stated)"
@@ -185,37 +189,84 @@ def frontier_json(source: Source) -> dict[str, Any]:
     return _with_header(source, body, body.pop("readings"))
 
 
+def paired_rescorings(source: Source) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """Per task, each re-scoring paired with the run it re-scores, as (that run's id, the
+    pair: two full test scorings of one candidate), and the re-scorings left out, each
+    with why: its run is not among those read, or is not of its task digest, nominee,
+    tree or pinned E(H0)."""
+    from holedger.analysis.bands import Rescoring
+
+    pairs: dict[str, list[Any]] = {}
+    left: list[dict[str, Any]] = []
+    for r in source.rescorings:
+        of = r.rescore_of
+        assert of is not None
+        base = source.scored.get(of.run_id)
+        why = None
+        if base is None:
+            why = f"the run it re-scores, {of.run_id}, is not among the runs read"
+        elif base.task_digest != r.task_digest:
+            why = f"run {of.run_id} is of another task digest"
+        elif base.nominee != of.candidate or base.nominee_tree != of.tree:
+            why = f"run {of.run_id}'s nominee is not the candidate and tree it names"
+        elif r.nominee_tree != of.tree:
+            why = "it scored another tree than the nominee's it names"
+        elif base.e_h0 != r.e_h0:
+            why = f"run {of.run_id} pins another E(H0)"
+        if why is not None:
+            left.append({"run": r.run_id, "why": why})
+            continue
+        assert base is not None
+        pairs.setdefault(r.task_id, []).append(
+            (of.run_id, Rescoring(base.e_h_plus, r.e_h_plus, r.e_h0, attempts=r.k or 3))
+        )
+    return pairs, left
+
+
 def bands_json(source: Source) -> dict[str, Any]:
-    """Per task: the band parameter, the runs whose g the band cannot tell from 0, and the
-    band derived from paired re-scorings (none are recorded by this version)."""
+    """Per task: the band parameter beside b_t derived from the paired re-scorings (A5),
+    and the runs whose g the band cannot tell from 0 (|g| <= b)."""
+    from holedger.analysis.bands import derived_band
+
     bands, notes = task_bands(source.observations)
+    pairs, left = paired_rescorings(source)
     tasks = []
-    for task in sorted(bands):
+    for task in sorted(set(bands) | set(pairs)):
+        band = bands.get(task)
         gains = [o.g for o in source.observations if o.task == task and o.g is not None]
+        mine = pairs.get(task, [])
+        derived = derived_band([p for _, p in mine])
         tasks.append(
             {
                 "task": task,
-                "band_parameter": number(bands[task]),
-                "band_from_rescorings": None,
-                "rescorings": 0,
+                "band_parameter": number(band),
+                "band_from_rescorings": derived,
+                "rescorings": len(mine),
+                "rescored_runs": len({run for run, _ in mine}),
                 "observations": len(gains),
-                "indistinguishable_from_zero": sum(
-                    indistinguishable_from_zero(g, bands[task]) for g in gains
-                ),
-                "resolved_from_zero": sum(
-                    not indistinguishable_from_zero(g, bands[task]) for g in gains
-                ),
+                "indistinguishable_from_zero": None
+                if band is None
+                else sum(indistinguishable_from_zero(g, band) for g in gains),
+                "resolved_from_zero": None
+                if band is None
+                else sum(not indistinguishable_from_zero(g, band) for g in gains),
             }
         )
+    count = sum(len(p) for p in pairs.values())
+    note = (
+        f"b_t from {count} paired re-scorings, beside each task's band parameter"
+        if count
+        else "no paired re-scorings in these runs: the band shown is the task's parameter"
+    )
     return _with_header(
         source,
         {
             "tasks": tasks,
             "band_notes": notes,
-            "rescorings_note": "no paired re-scorings are recorded in these runs: the band "
-            "shown is the task's parameter",
+            "rescorings_left_out": left,
+            "rescorings_note": note,
         },
-        [READING_RESOLVED, READING_DERIVED_BAND],
+        [READING_RESOLVED, READING_DERIVED_BAND, READING_PAIRS],
     )
 
 

@@ -66,6 +66,7 @@ from holedger.schemas.events import (
     Checkpoint,
     OptimizerDescriptor,
     PublicKeyInfo,
+    RescoreOf,
     RunClosed,
     RunOpened,
     SeedBaseline,
@@ -228,6 +229,7 @@ class Ledger:
         seed_baseline: SeedBaseline | None = None,
         run_id: str | None = None,
         descriptor: OptimizerDescriptor | None = None,
+        rescore_of: RescoreOf | None = None,
     ) -> str:
         """Start a run: RunOpened at seq 0 declaring this ledger's keys by role."""
         run_id = checked_run_id(run_id or new_run_id())
@@ -238,6 +240,7 @@ class Ledger:
             seed_baseline=seed_baseline,
             optimizer=optimizer,
             descriptor=descriptor,
+            rescore_of=rescore_of,
             keys=self.declared_keys(),
             origin=origin_of(run_id),
             checkpoint_interval=self.checkpoint_interval,

@@ -76,6 +76,9 @@ SEARCH_SPLITS = ("dev", "val")
 # The optimizer label of a task's seed-baseline run (the run whose E(H+) is the E(H0)
 # every later run of the task pins).
 BASELINE_OPTIMIZER = "seed-baseline"
+# The optimizer label of a re-scoring run (RunOpened.rescore_of): the trusted server scores
+# a closed run's nominee again on the test split; no search, no optimizer.
+RESCORE_OPTIMIZER = "rescore"
 
 # A dev answer whose canonical JSON is longer than this is shown by digest, not inline.
 MAX_SHOWN_ANSWER_BYTES = 64 << 10
@@ -433,6 +436,7 @@ __all__ = [
     "BASELINE_OPTIMIZER",
     "MAX_SHOWN_ANSWERS_BYTES",
     "MAX_SHOWN_ANSWER_BYTES",
+    "RESCORE_OPTIMIZER",
     "TrialView",
     "add_use",
     "answer_bytes",

@@ -243,6 +243,17 @@ class EvolveTerms(Model):
     none_run: NoneRun | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+class RescoreOf(Model):
+    """What a re-scoring run (``holedger rescore``) scores again: the nominee of a closed
+    run, by its commit and git tree, on the test split, outside that run's budget.
+    ``index`` is which of that run's re-scorings this one is (1, 2, ...)."""
+
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
+    candidate: str = Field(pattern=r"^[0-9a-f]{40}$")
+    tree: str = Field(pattern=r"^[0-9a-f]{40}$")
+    index: PositiveCount
+
+
 class RunOpened(Model):
     task_id: str
     task_digest: Sha256Hex
@@ -250,6 +261,9 @@ class RunOpened(Model):
     seed_baseline: SeedBaseline | None = None
     optimizer: str = "unnamed"
     descriptor: OptimizerDescriptor | None = None
+    # A re-scoring run's binding to the run whose nominee it scores again; absent in
+    # every other run.
+    rescore_of: RescoreOf | None = Field(default=None, exclude_if=lambda v: v is None)
     keys: dict[Role, PublicKeyInfo]
     origin: str
     checkpoint_interval: PositiveCount

@@ -6,10 +6,11 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from replay_protocol.runs import E_H0, RunWriter, honest_finish, honest_search, terms
 
-from holedger.analysis.gains import collect, gain_of, run_gain, summarize
+from holedger.analysis.gains import RunGain, collect, gain_of, run_gain, summarize
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
@@ -37,7 +38,10 @@ def test_gain_equals_the_recorded_scores_and_the_budget_fold(tmp_path: Path) -> 
     assert gain.e_h_plus == scored[0].e_h_plus  # type: ignore[attr-defined]
     assert gain.e_h0 == E_H0
     assert gain.g == rules.normalized_gain(gain.e_h_plus, E_H0)
-    assert gain.above_band == (gain.g is not None and gain.g > writer.terms.resolution_band)
+    band = writer.terms.resolution_band
+    assert gain.g is not None
+    expected = "gain" if gain.g > band else "loss" if gain.g < -band else "within band"
+    assert gain.versus_zero == expected
     budget = writer.terms.budget
     assert gain.budget_used["dev_calls"] == Fraction(writer.used.dev.calls, budget.dev.calls)
     assert (
@@ -167,3 +171,25 @@ def test_a_log_cut_after_its_score_counts_no_gain(tmp_path: Path) -> None:
     assert "RunScored" in [r.type for r in cut]
     assert gain_of(writer.run_id, cut) is None
     ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("g", "judged"),
+    [
+        (Fraction(1, 16), "gain"),  # 0.0625 > 0.05
+        (Fraction(-1, 10), "loss"),  # resolved from 0 in the other direction
+        (Fraction(1, 20), "within band"),  # |g| = b: not resolved (strict)
+        (Fraction(-1, 20), "within band"),
+        (Fraction(0), "within band"),
+        (None, None),  # E(H0) = 1: g undefined
+    ],
+)
+def test_a_gain_is_judged_by_the_two_sided_rule(g: Fraction | None, judged: str | None) -> None:
+    gain = RunGain("r", "t", "d", "o", Fraction(1, 2), Fraction(1, 3), g, Fraction(1, 20), {})
+    assert gain.versus_zero == judged
+    (group,) = summarize([gain])
+    data = group.to_json()
+    counts = (data["resolved_gains"], data["resolved_losses"], data["within_band"])
+    assert counts == {"gain": (1, 0, 0), "loss": (0, 1, 0), "within band": (0, 0, 1)}.get(
+        judged or "", (0, 0, 0)
+    )

@@ -29,6 +29,7 @@ from holedger.schemas.events import (
     DisclosureProjected,
     EvaluationRequested,
     OptimizerDescriptor,
+    RescoreOf,
     RunScored,
     SeedBaseline,
     TaskTerms,
@@ -112,6 +113,7 @@ class RunWriter:
         task_digest: str = TASK_DIGEST,
         optimizer: str = "test",
         descriptor: OptimizerDescriptor | None = None,
+        rescore_of: RescoreOf | None = None,
     ) -> None:
         self.ledger = ledger
         self.terms = run_terms
@@ -121,6 +123,7 @@ class RunWriter:
             optimizer=optimizer,
             seed_baseline=SeedBaseline(e_h0=E_H0, k=K),
             descriptor=descriptor,
+            rescore_of=rescore_of,
         )
         self.used = rules.no_use()
         self.nominated = False

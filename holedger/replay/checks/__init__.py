@@ -15,6 +15,7 @@ from holedger.replay.checks.leakage import LeakageFold
 from holedger.replay.checks.order import OrderFold
 from holedger.replay.checks.reads import ReadsFold
 from holedger.replay.checks.rescore import RescoreFold
+from holedger.replay.checks.rescoring import RescoringFold
 from holedger.replay.checks.safety import SafetyFold
 from holedger.replay.checks.scores import ScoresFold
 from holedger.replay.inputs import CheckFactory
@@ -29,6 +30,7 @@ CHECKS += [
     RescoreFold,
     LeakageFold,
     ReadsFold,
+    RescoringFold,
 ]
 
 from holedger.replay.checks.gateway import GatewayFold  # noqa: E402
