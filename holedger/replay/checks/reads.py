@@ -25,6 +25,7 @@ from collections import Counter
 
 from holedger.ledger.records import Record
 from holedger.protocol import rules
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.events import (
     CandidateCommitted,
@@ -41,7 +42,7 @@ NO_READS = "no read events recorded"
 class ReadsFold:
     name = "reads"
 
-    def __init__(self, ctx: object) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.committed: dict[str, int] = {}  # candidate -> seq of its CandidateCommitted
         self.disclosed: dict[str, tuple[int, str]] = {}  # digest -> (first seq, role)
         self.kinds: Counter[str] = Counter()

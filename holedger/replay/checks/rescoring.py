@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from holedger.ledger.records import Record
 from holedger.protocol.rules import RESCORE_OPTIMIZER
-from holedger.replay.engine import ReplayContext
+from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder
 from holedger.schemas.events import (
     CandidateCommitted,
@@ -35,7 +35,7 @@ CHECK = "rescoring"
 class RescoringFold:
     name = "rescoring"
 
-    def __init__(self, ctx: ReplayContext) -> None:
+    def __init__(self, ctx: CheckContext) -> None:
         self.of = ctx.opened.rescore_of
         self.applies = self.of is not None or ctx.opened.optimizer == RESCORE_OPTIMIZER
         self.label = ctx.opened.optimizer
