@@ -451,7 +451,10 @@ def register(cli: click.Group) -> None:
     if not isinstance(run_group, click.Group):
         run_group = click.Group("run", help="Runs.")
         cli.add_command(run_group)
+    from holedger.server.run_show import run_show
+
     run_group.add_command(run_open)
+    run_group.add_command(run_show)
     run_group.add_command(run_recover)
     run_group.add_command(run_abort)
     cli.add_command(candidate_group)
