@@ -37,6 +37,7 @@ from holedger.gateway.closing import CLOSE_WAIT_S, RunGate
 from holedger.gateway.config import GatewayConfig
 from holedger.gateway.denial import Denial
 from holedger.gateway.formats import Limits, WireFormat, format_for_path
+from holedger.gateway.formats.base import switch_models
 from holedger.gateway.forwarding import Forwarder
 from holedger.gateway.metering import Metering
 from holedger.gateway.recorder import EventRoom, EventWriter
@@ -227,24 +228,28 @@ class Gateway:
         raw = await admission.read_body(scope, receive)
         call.request_bytes = raw
         admission.still_live(call, scope)
-        body = fmt.parse(raw, admission.tools_allowed(claims))
+        tools = admission.tools_allowed(claims)
+        body = fmt.parse(raw, tools)
         call.stream = fmt.streams(body)
         call.model_requested = body["model"]
-        if body["model"] not in admission.allowed_models(claims):
-            raise Denial(
-                403,
-                "permission_error",
-                "model_not_allowed",
-                f"model {body['model']!r} is not in this run's allow-list",
-                param="model",
-                safety="model_not_allowed",
-            )
+        allowed = admission.allowed_models(claims)
+        for name in [body["model"], *switch_models(body)]:
+            if name not in allowed:
+                call.model_requested = name  # the model refused (replay checks it)
+                raise Denial(
+                    403,
+                    "permission_error",
+                    "model_not_allowed",
+                    f"model {name!r} is not in this run's allow-list",
+                    param="model",
+                    safety="model_not_allowed",
+                )
         call.model_served = self.config.aliases.get(body["model"], body["model"])
         route = self._router.route(call.model_served, fmt)
         rewritten = fmt.rewrite(body, call.model_served, self._limits)
         call.max_tokens_imposed = rewritten.max_tokens_imposed
         forwarded = rewritten.body
-        headers = fmt.upstream_headers(dict(scope.get("headers", ())))
+        headers = fmt.upstream_headers(dict(scope.get("headers", ())), tools)
         # Every refusal the request itself earns is decided above; only a call that would
         # be forwarded waits for room.
         await admission.admit(call, scope, receive)

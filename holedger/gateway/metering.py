@@ -77,7 +77,7 @@ class Metering:
         return RunState(
             frozenset(opened.terms.models),
             run_budget,
-            frozenset(getattr(opened.terms, "server_tools", None) or ()),
+            frozenset(opened.terms.server_tools or ()),
             optimizer,
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -118,6 +118,9 @@ class DisclosurePolicy(Model):
     min_aggregate_cases: PositiveCount = 5
 
 
+ServerToolName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+
 class TaskTerms(Model):
     """What replay needs of the task to re-derive every decision, pinned in RunOpened."""
 
@@ -140,6 +143,16 @@ class TaskTerms(Model):
     # logs written before the rule was recorded, whose timeouts replay does not judge.
     timeout_score: Literal["zero", "verifier"] | None = Field(
         default=None, exclude_if=lambda v: v is None
+    )
+    # What a run's model calls may reach beyond the model: server-side tools by the name
+    # the gateway gives them ("web_search", "code_execution", "mcp", ...) and
+    # "model_switch" (fields naming fallback models, each still in ``models``); absent
+    # (not even null) when the task allows none, as in every log written before it.
+    server_tools: list[ServerToolName] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The seed variant (the task's variants/NAME laid over its seed) this run starts
+    # from; ``seed_commit`` is then that tree's commit. Absent for the task's own seed.
+    seed_variant: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9-]{0,63}$", exclude_if=lambda v: v is None
     )
 
 

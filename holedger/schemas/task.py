@@ -19,6 +19,7 @@ from holedger.schemas.events import (
     BudgetVector,
     DisclosurePolicy,
     Model,
+    ServerToolName,
     SplitBudget,
     TaskTerms,
 )
@@ -108,6 +109,9 @@ class TaskSpec(Model):
     )
     k: int = Field(default=3, ge=1)
     resolution_band: Rational = Fraction(1, 20)
+    # Server-side tools (and "model_switch") the gateway lets the task's model calls use
+    # (TaskTerms.server_tools); left out of the spec, and so of its digest, when none.
+    server_tools: list[ServerToolName] = Field(default_factory=list, exclude_if=lambda v: not v)
 
     @model_validator(mode="after")
     def _sane(self) -> TaskSpec:
@@ -141,6 +145,7 @@ class TaskSpec(Model):
             case_timeout_s=self.case_timeout_s,
             timeout_score=self.timeout_score,
             environment_digest=self.environment_digest(),
+            server_tools=sorted(set(self.server_tools)) or None,
         )
 
 

@@ -238,7 +238,7 @@ def test_anthropic_messages_streaming_with_a_tool(env: Env) -> None:
     replay_trial(env)
 
 
-def test_anthropic_count_tokens_is_recorded_and_costs_nothing(env: Env) -> None:
+def test_anthropic_count_tokens_is_metered_recorded_and_costs_nothing(env: Env) -> None:
     sdk = anthropic_client(env, env.trial_token())
     counted = sdk.messages.count_tokens(
         model=SIM_MODEL,
@@ -248,9 +248,19 @@ def test_anthropic_count_tokens_is_recorded_and_costs_nothing(env: Env) -> None:
     assert counted.input_tokens > 0
     [event] = env.calls()
     assert event.endpoint == "/v1/messages/count_tokens" and event.format == "count_tokens"
-    assert event.allowed and event.status == 200
-    assert event.tokens.total == 0 and event.reservation_index is None and event.reserved == 0
-    replay_trial(env)
+    assert event.allowed and event.status == 200 and not event.usage_estimated
+    # It reserves its prompt bound (the forwarded body's bytes: no output), holds the
+    # run's first reservation, and is settled at 0 tokens.
+    assert event.reservation_index == 0 and event.reserved > counted.input_tokens
+    assert event.tokens.total == 0 and event.budget is not None
+    sdk.messages.create(
+        model=SIM_MODEL, max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+    )
+    after = next(c for c in env.calls() if c.endpoint == "/v1/messages")
+    assert after.reservation_index == 1 and after.budget is not None
+    assert after.budget.settled_calls == 1  # the count is one settled call of the run
+    calls = len(env.calls())
+    assert replay_trial(env)["calls"] == calls
 
 
 @pytest.mark.parametrize("encoding", ["float", None])

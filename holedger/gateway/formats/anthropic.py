@@ -22,6 +22,7 @@ from typing import Any
 
 from holedger.gateway.denial import invalid
 from holedger.gateway.formats import base
+from holedger.gateway.formats.anthropic_beta import refuse_betas
 from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import MAX_OUTPUT_TOKENS, Bound
 from holedger.schemas.events import TokenUsage
@@ -135,15 +136,17 @@ class MessagesFormat(WireFormat):
         data = self.error_body(status, err_type, code, message)
         return b"event: error\ndata: " + data + b"\n\n"
 
-    def upstream_headers(self, request_headers: dict[bytes, bytes]) -> list[tuple[str, str]]:
+    def upstream_headers(
+        self, request_headers: dict[bytes, bytes], tools_allowed: frozenset[str]
+    ) -> list[tuple[str, str]]:
         out = []
         version = request_headers.get(b"anthropic-version")
         if version is None or not _HEADER_VALUE.match(version):
             version = DEFAULT_VERSION.encode()
         out.append(("anthropic-version", version.decode()))
-        beta = request_headers.get(b"anthropic-beta")
-        if beta is not None and _HEADER_VALUE.match(beta):
-            out.append(("anthropic-beta", beta.decode()))
+        beta = refuse_betas(request_headers.get(b"anthropic-beta"), tools_allowed)
+        if beta is not None:
+            out.append(("anthropic-beta", beta))
         return out
 
     def pump(self, body: dict[str, Any], cap: int) -> SsePump:
@@ -151,11 +154,12 @@ class MessagesFormat(WireFormat):
 
 
 class CountTokensFormat(MessagesFormat):
-    """Counting a prompt's tokens costs none: forwarded, recorded, not reserved."""
+    """Counting a prompt's tokens: metered like any call (it reserves its prompt bound, so
+    a run whose budget could not send the prompt cannot count it either, and it holds a
+    place in the budget's decisions), settled at 0 tokens (the provider charges none)."""
 
     name = "count_tokens"
     path = "/v1/messages/count_tokens"
-    metered = False
     required_limit = False
     stream_field = None
 

@@ -106,6 +106,8 @@ OPENAI_PROVIDERS = frozenset({"openai", "openai-compatible", "simulator"})
 # Request fields with which an OpenAI-compatible router or proxy picks other models
 # (OpenRouter's "models", LiteLLM's "fallbacks"): refused, or they bypass the allow-list.
 MODEL_SWITCH_FIELDS = ("models", "fallbacks")
+# The name in TaskTerms.server_tools that lets a request use them.
+MODEL_SWITCH = "model_switch"
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
@@ -130,14 +132,32 @@ def require_model(body: dict[str, Any]) -> str:
     return model
 
 
-def open_request(raw: bytes) -> dict[str, Any]:
-    """What every format's ``parse`` begins with: a JSON object naming exactly one model,
-    and no field with which an upstream would serve another one (the allow-list never
-    saw it)."""
+def open_request(raw: bytes, tools_allowed: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """What every format's ``parse`` begins with: a JSON object naming one model, and no
+    field with which an upstream would serve another one (the allow-list never saw it),
+    unless the terms allow ``model_switch``: then each such field must be a list of model
+    names, every one of which the allow-list is asked about (``switch_models``)."""
     body = parse_object(raw)
     require_model(body)
-    refuse_fields(body, MODEL_SWITCH_FIELDS, "name exactly one model in 'model'")
+    if MODEL_SWITCH not in tools_allowed:
+        refuse_fields(body, MODEL_SWITCH_FIELDS, "name exactly one model in 'model'")
+    switch_models(body)
     return body
+
+
+def switch_models(body: dict[str, Any]) -> list[str]:
+    """The other models a request names in its model-switching fields."""
+    names: list[str] = []
+    for key in MODEL_SWITCH_FIELDS:
+        value = body.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and v and has_utf8_form(v) for v in value
+        ):
+            raise invalid(f"'{key}' must be a list of model names", key)
+        names += value
+    return names
 
 
 def within_bounds(body: dict[str, Any], bounds: tuple[Bound, ...]) -> None:
@@ -239,7 +259,7 @@ class WireFormat:
 
     def parse(self, raw: bytes, tools_allowed: frozenset[str]) -> dict[str, Any]:
         """The request, checked (``open_request``, then the format's own ``check``)."""
-        body = open_request(raw)
+        body = open_request(raw, tools_allowed)
         self.check(body, tools_allowed)
         return body
 
@@ -273,8 +293,11 @@ class WireFormat:
         """The last SSE event of a stream the gateway ends with an error."""
         return b"data: " + self.error_body(status, err_type, code, message) + b"\n\n"
 
-    def upstream_headers(self, request_headers: dict[bytes, bytes]) -> list[tuple[str, str]]:
-        """Request headers of the client's passed on to the upstream (never its token)."""
+    def upstream_headers(
+        self, request_headers: dict[bytes, bytes], tools_allowed: frozenset[str]
+    ) -> list[tuple[str, str]]:
+        """Request headers of the client's passed on to the upstream (never its token); a
+        Denial for one that turns on what the terms do not allow."""
         return []
 
     def pump(self, body: dict[str, Any], cap: int) -> SsePump:

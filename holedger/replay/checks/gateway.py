@@ -36,10 +36,19 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 
-# Endpoints whose allowed calls hold a reservation (every wire format but count_tokens),
-# and those whose calls the allow-list decides (every wire format).
+# Endpoints whose allowed calls hold a reservation, and those whose calls the allow-list
+# decides (every wire format).
 METERED = METERED_PATHS
 MODEL_CALLS = frozenset(FORMATS)
+# Logs written before count_tokens was metered hold its calls unreserved, charged 0.
+COUNT_TOKENS = "/v1/messages/count_tokens"
+
+
+def _free(call: GatewayCall) -> bool:
+    """An unreserved count_tokens call charged nothing (the rule it was written under)."""
+    return call.endpoint == COUNT_TOKENS and call.reserved == 0 and call.tokens.total == 0
+
+
 INT64_MAX = 2**63 - 1
 
 # Failures found while events are applied are kept as integers (a seq, a kind, the kind's
@@ -304,7 +313,7 @@ class GatewayFold:
             self._s_total.append(call.tokens.total)
             self._settled_total += call.tokens.total
             self._reserved_total += call.reserved
-        if call.allowed and call.endpoint in METERED and index is None:
+        if call.allowed and call.endpoint in METERED and index is None and not _free(call):
             self._budget_failures.add(seq, _NO_RESERVATION)
         if index is not None or call.code == "budget_exhausted":
             state = call.budget
