@@ -18,6 +18,7 @@ import pytest
 
 from holedger.errors import ConfigError
 from holedger.gateway.config import GatewayConfig
+from holedger.gateway.doctor import check_upstreams
 from holedger.gateway.serve import AppServer
 from holedger.gateway.sim_server import create_simulator_app
 
@@ -195,3 +196,60 @@ def test_doctor_checks_each_upstream_without_spending_tokens(
     assert checks["gone"]["reachable"] is False and not checks["gone"]["works"]
     # Only model lists were asked: nothing was sent to a model.
     assert len(an.seen) == 1
+
+
+class Broken:
+    """An upstream that answers its model list with ``status`` and ``body``."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.body = status, body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+
+
+def test_doctor_over_real_http_tells_each_way_an_upstream_can_fail(
+    upstreams: tuple[KeyedUpstream, KeyedUpstream, AppServer, AppServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    oa, an, oa_server, an_server = upstreams
+    monkeypatch.setenv("FMT_TEST_OPENAI_KEY", OPENAI_KEY)
+    monkeypatch.setenv("FMT_TEST_ANTHROPIC_KEY", "sk-ant-wrong")
+    down = AppServer(Broken(503, b'{"error": "down"}')).start()
+    odd = AppServer(Broken(200, b'{"models": ["not", "a", "list"]}')).start()
+    try:
+        table = two_providers(oa_server.base_url, an_server.base_url)
+        for name, url in (("down", down.base_url), ("odd", odd.base_url)):
+            table["upstreams"][name] = {
+                "provider": "openai-compatible",
+                "base_url": url,
+                "models": [f"m-{name}"],
+            }
+        table["upstreams"]["nokey"] = {
+            "provider": "openai",
+            "base_url": oa_server.base_url,
+            "api_key_env": "FMT_TEST_UNSET_KEY",
+            "models": ["m-nokey"],
+        }
+        monkeypatch.delenv("FMT_TEST_UNSET_KEY", raising=False)
+        checks = {c.name: c for c in check_upstreams(GatewayConfig.from_mapping(table))}
+    finally:
+        down.stop()
+        odd.stop()
+    good = checks["openai"]
+    assert good.works and good.reachable and good.key_accepted and good.models_listed == 1
+    assert oa.seen[-1][b"authorization"] == f"Bearer {OPENAI_KEY}".encode()
+    claude = checks["claude"]
+    assert claude.reachable and claude.key_accepted is False and not claude.works
+    assert "401" in claude.detail
+    # The Anthropic key goes as x-api-key with a version, never as a bearer token.
+    assert an.seen[-1][b"x-api-key"] == b"sk-ant-wrong" and b"anthropic-version" in an.seen[-1]
+    assert b"authorization" not in an.seen[-1]
+    assert checks["down"].reachable and checks["down"].key_accepted is None
+    assert "503" in checks["down"].detail and not checks["down"].works
+    assert checks["odd"].key_accepted and not checks["odd"].works
+    assert checks["nokey"].reachable is None and "FMT_TEST_UNSET_KEY" in checks["nokey"].detail
+    assert len(oa.seen) == 1  # the key-less check sent nothing
