@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sample_terms import task_terms
 
 from holedger.replay.checks.gateway import GatewayFold
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import SafetyViolation
 from holedger.schemas.task import TaskSpec
 from holedger.tasks import load_task
@@ -94,7 +94,7 @@ def error_code(path: str, resp: httpx.Response) -> str:
 
 def replays(env: Env) -> None:
     env.ledger.close_run(env.run_id)
-    report = replay_run(env.ledger, env.run_id, projections=[GatewayFold])
+    report = replay_run(env.ledger, env.run_id, checks=[GatewayFold])
     assert report.verified, report.failed_checks()
 
 
