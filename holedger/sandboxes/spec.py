@@ -101,6 +101,7 @@ class SandboxResult:
     isolation: Isolation
     limits_by: str  # "cgroup-v1" | "cgroup-v2" | "rlimit" | "docker"
     observations: list[Observation] = field(default_factory=list)
+    node: str | None = None  # the id of the machine that ran it, when not the server's
 
     def categories(self) -> list[str]:
         return [o.category for o in self.observations]

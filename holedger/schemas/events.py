@@ -337,6 +337,9 @@ class TrialCompleted(Model):
     score: Rational
     tokens: TokenUsage
     gateway_calls: Count
+    # The id of the machine (a Ray node) that ran the trial; None on the server's own
+    # machine, and absent in logs written before executors other than the local one.
+    node: str | None = None
 
 
 class GatewayBudgetState(Model):
