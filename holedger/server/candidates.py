@@ -1,25 +1,13 @@
 """Candidate harnesses as git commits in the run's own bare repository (pygit2).
 
-A candidate is a tree of regular files. Every commit is made with one fixed author and
-committer (name, e-mail and timestamp), so the same tree and parent always give the same
-commit id: the seed harness's commit id is reproducible from the task's seed folder alone
-(:func:`seed_commit_id`) and can be pinned in ``TaskTerms.seed_commit``.
-
-What is refused, before anything is written to the repository or the ledger:
-
-* a path that is absolute, has a ``..``, ``.`` or empty component, a backslash or a NUL,
-  or names a ``.git`` entry;
-* **any** symbolic link (and any hard link, device or FIFO in an archive): a harness never
-  needs one, and refusing them all is simpler to audit than deciding where each points;
-* a tree over the size limits (:class:`TreeLimits`: file count, bytes per file, total
-  bytes, path depth);
-* a tree without the entrypoint's module (``python3 -m harness`` needs
-  ``harness/__main__.py`` or ``harness.py``);
-* a tree that changes an immutable path of the task (compared with the seed: every file
-  under it must be identical, none added, none removed).
-
-Reading a directory skips ``__pycache__`` folders and ``*.pyc`` files (they are build
-products, not the candidate).
+A candidate is a tree of regular files, read and written by the rules of
+:mod:`holedger.tasks.harness_tree` (safe paths, no links, size limits, one fixed
+signature so the same tree and parent always give the same commit id; its names are
+re-exported here). This module adds the other forms a candidate comes in (a file map of
+the HTTP API, a tar archive), the checks against the task (the entrypoint's module
+present; no immutable path of the task changed, compared with the seed: every file under
+it identical, none added, none removed), and the run's repository. Whatever breaks a rule
+is refused before anything is written to the repository or the ledger.
 """
 
 from __future__ import annotations
@@ -31,7 +19,6 @@ import os
 import shutil
 import stat
 import tarfile
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -39,175 +26,58 @@ from typing import Any
 
 import pygit2
 
-from holedger.errors import NotFoundError, PolicyError, UsageError
-from holedger.schemas.untrusted import escape_text, is_safe
-
-COMMIT_NAME = "holedger"
-COMMIT_EMAIL = "candidates@holedger.invalid"
-SEED_MESSAGE = "seed\n"
-CANDIDATE_MESSAGE = "candidate\n"
-SKIPPED_DIRS = frozenset({"__pycache__"})
-FILE_MODE = pygit2.GIT_FILEMODE_BLOB
-EXEC_MODE = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE
-TREE_MODE = pygit2.GIT_FILEMODE_TREE
-
-
-class CandidateRefused(PolicyError):
-    """A candidate tree breaks a rule; nothing was committed or recorded."""
-
-
-@dataclass(frozen=True)
-class TreeLimits:
-    """Size limits of one candidate tree."""
-
-    max_files: int = 2000
-    max_file_bytes: int = 4 << 20
-    max_total_bytes: int = 32 << 20
-    max_depth: int = 32
-
-
-DEFAULT_LIMITS = TreeLimits()
-MAX_NAME_BYTES = 255
-MAX_PATH_BYTES = 1024
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    data: bytes
-    executable: bool = False
-
-
-FileMap = dict[str, FileEntry]
-
-
-def signature() -> pygit2.Signature:
-    """The fixed author and committer of every candidate commit (time 0, UTC)."""
-    return pygit2.Signature(COMMIT_NAME, COMMIT_EMAIL, 0, 0)
-
-
-# --------------------------------------------------------------------------- paths
-
-
-def clean_path(path: str) -> str:
-    """``path`` as a safe relative POSIX path, or CandidateRefused naming the problem.
-
-    It must be UTF-8 text (the tree is recorded as JSON text in CandidateCommitted), each
-    name at most MAX_NAME_BYTES and the whole at most MAX_PATH_BYTES (as on common file
-    systems; the recorded list of changed paths stays small).
-    """
-    if not isinstance(path, str) or not path:
-        raise CandidateRefused("empty path in candidate tree")
-    try:
-        size = len(path.encode("utf-8"))
-    except UnicodeEncodeError:
-        try:  # name it by its bytes, as a folder read it (b'bad\xff.py')
-            shown = repr(os.fsencode(path[:200]))
-        except UnicodeEncodeError:  # a lone surrogate, as JSON can spell one
-            shown = repr(path[:200])
-        raise CandidateRefused(
-            f"path {shown} is not UTF-8 text",
-            hint="rename the file: every path in a candidate tree must be valid UTF-8",
-        ) from None
-    if size > MAX_PATH_BYTES:
-        raise CandidateRefused(
-            f"path {path[:80]!r}... is {size} bytes, over the {MAX_PATH_BYTES} byte limit"
-        )
-    for name in path.split("/"):
-        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
-            raise CandidateRefused(
-                f"name {name[:80]!r}... in the candidate tree is over {MAX_NAME_BYTES} bytes"
-            )
-    if "\x00" in path or "\\" in path:
-        raise CandidateRefused(f"path {path!r} holds a NUL or a backslash")
-    if not is_safe(path):
-        # A name that would steer a terminal or hide text (escape sequences, bidi
-        # overrides) where the path is shown: refused, never stored. repr() escapes it.
-        raise CandidateRefused(
-            f"path {escape_text(path)!r} holds a control or format character",
-            hint="rename the file: no control characters, bidi overrides or zero-width "
-            "characters in candidate paths",
-        )
-    if path.startswith("/"):
-        raise CandidateRefused(f"absolute path {path!r} in candidate tree")
-    parts = path.split("/")
-    for part in parts:
-        if part in ("", ".", ".."):
-            raise CandidateRefused(
-                f"path {path!r} escapes or is not normal (component {part!r})",
-                hint="use relative paths without '.', '..' or '//'",
-            )
-        if part.lower() == ".git":
-            raise CandidateRefused(f"path {path!r} names a .git entry")
-    return "/".join(parts)
-
-
-class _Budget:
-    """Counts files and bytes against the limits while a tree is read."""
-
-    def __init__(self, limits: TreeLimits) -> None:
-        self.limits = limits
-        self.files = 0
-        self.total = 0
-
-    def add(self, path: str, size: int) -> None:
-        limits = self.limits
-        if path.count("/") + 1 > limits.max_depth:
-            raise CandidateRefused(f"path {path!r} is deeper than {limits.max_depth} levels")
-        self.files += 1
-        if self.files > limits.max_files:
-            raise CandidateRefused(f"candidate tree has more than {limits.max_files} files")
-        if size > limits.max_file_bytes:
-            raise CandidateRefused(
-                f"file {path!r} is {size} bytes, over the {limits.max_file_bytes} byte limit"
-            )
-        self.total += size
-        if self.total > limits.max_total_bytes:
-            raise CandidateRefused(
-                f"candidate tree is over the {limits.max_total_bytes} byte limit"
-            )
-
-
-# --------------------------------------------------------------------------- readers
-
-
-def read_directory(root: Path, limits: TreeLimits = DEFAULT_LIMITS) -> FileMap:
-    """Every regular file under ``root``; refuses symlinks and special files."""
-    root = Path(root)
-    if root.is_symlink() or not root.is_dir():
-        raise UsageError(f"{root} is not a directory", hint="give the candidate's folder")
-    files: FileMap = {}
-    budget = _Budget(limits)
-
-    def walk(folder: Path, prefix: str) -> None:
-        with os.scandir(folder) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                rel = f"{prefix}{entry.name}"
-                if entry.is_symlink():
-                    raise CandidateRefused(
-                        f"symbolic link {rel!r} in candidate tree",
-                        hint="candidates may not contain symbolic links; copy the file",
-                    )
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name in SKIPPED_DIRS:
-                        continue
-                    if entry.name == ".git":
-                        continue
-                    walk(Path(entry.path), f"{clean_path(rel)}/")
-                    continue
-                if not entry.is_file(follow_symlinks=False):
-                    raise CandidateRefused(f"{rel!r} is not a regular file")
-                if entry.name.endswith(".pyc"):
-                    continue
-                rel = clean_path(rel)
-                info = entry.stat(follow_symlinks=False)
-                budget.add(rel, info.st_size)
-                data = Path(entry.path).read_bytes()
-                if len(data) != info.st_size:
-                    raise CandidateRefused(f"file {rel!r} changed while it was read")
-                files[rel] = FileEntry(data, bool(info.st_mode & stat.S_IXUSR))
-
-    walk(root, "")
-    return files
+from holedger.errors import NotFoundError, UsageError
+from holedger.tasks.harness_tree import (
+    CANDIDATE_MESSAGE as CANDIDATE_MESSAGE,
+)
+from holedger.tasks.harness_tree import (
+    DEFAULT_LIMITS as DEFAULT_LIMITS,
+)
+from holedger.tasks.harness_tree import (
+    EXEC_MODE as EXEC_MODE,
+)
+from holedger.tasks.harness_tree import (
+    MAX_NAME_BYTES as MAX_NAME_BYTES,
+)
+from holedger.tasks.harness_tree import (
+    MAX_PATH_BYTES as MAX_PATH_BYTES,
+)
+from holedger.tasks.harness_tree import (
+    SEED_MESSAGE as SEED_MESSAGE,
+)
+from holedger.tasks.harness_tree import (
+    TREE_MODE as TREE_MODE,
+)
+from holedger.tasks.harness_tree import (
+    CandidateRefused as CandidateRefused,
+)
+from holedger.tasks.harness_tree import (
+    FileEntry as FileEntry,
+)
+from holedger.tasks.harness_tree import (
+    FileMap as FileMap,
+)
+from holedger.tasks.harness_tree import (
+    TreeBudget as TreeBudget,
+)
+from holedger.tasks.harness_tree import (
+    TreeLimits as TreeLimits,
+)
+from holedger.tasks.harness_tree import (
+    clean_path as clean_path,
+)
+from holedger.tasks.harness_tree import (
+    read_directory as read_directory,
+)
+from holedger.tasks.harness_tree import (
+    seed_commit_id as seed_commit_id,
+)
+from holedger.tasks.harness_tree import (
+    signature as signature,
+)
+from holedger.tasks.harness_tree import (
+    write_tree as write_tree,
+)
 
 
 def read_file_map(mapping: Mapping[str, Any], limits: TreeLimits = DEFAULT_LIMITS) -> FileMap:
@@ -215,7 +85,7 @@ def read_file_map(mapping: Mapping[str, Any], limits: TreeLimits = DEFAULT_LIMIT
     if not isinstance(mapping, Mapping):
         raise UsageError("files must be an object mapping paths to contents")
     files: FileMap = {}
-    budget = _Budget(limits)
+    budget = TreeBudget(limits)
     for raw_path in sorted(mapping):
         path = clean_path(raw_path)
         value = mapping[raw_path]
@@ -240,7 +110,7 @@ def read_file_map(mapping: Mapping[str, Any], limits: TreeLimits = DEFAULT_LIMIT
 def read_tar(data: bytes, limits: TreeLimits = DEFAULT_LIMITS) -> FileMap:
     """A tar (optionally gzip) archive of the candidate: regular files and folders only."""
     files: FileMap = {}
-    budget = _Budget(limits)
+    budget = TreeBudget(limits)
     try:
         archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
     except (tarfile.TarError, EOFError, OSError) as exc:
@@ -323,38 +193,6 @@ def changed_paths(before: Mapping[str, str], after: Mapping[str, str]) -> list[s
 # --------------------------------------------------------------------------- the repository
 
 
-def _write_tree(repo: pygit2.Repository, files: FileMap) -> pygit2.Oid:
-    nested: dict[str, Any] = {}
-    for path, entry in files.items():
-        # Every path, however the tree came (folder, archive, JSON, a caller's map).
-        if clean_path(path) != path:
-            raise CandidateRefused(f"path {path!r} is not in normal form")
-        node = nested
-        parts = path.split("/")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise CandidateRefused(f"{path!r} is under a file of the same name")
-            node = child
-        if parts[-1] in node:
-            raise CandidateRefused(f"{path!r} is both a file and a folder")
-        node[parts[-1]] = entry
-
-    def build(node: dict[str, Any]) -> pygit2.Oid:
-        builder = repo.TreeBuilder()
-        for name in sorted(node):
-            value = node[name]
-            if isinstance(value, dict):
-                builder.insert(name, build(value), TREE_MODE)
-            else:
-                mode = EXEC_MODE if value.executable else FILE_MODE
-                builder.insert(name, repo.create_blob(value.data), mode)
-        oid: pygit2.Oid = builder.write()
-        return oid
-
-    return build(nested)
-
-
 @dataclass(frozen=True)
 class Commit:
     commit: str
@@ -381,7 +219,7 @@ class CandidateRepo:
         """
         if not files:
             raise CandidateRefused("candidate tree is empty")
-        tree = _write_tree(self.repo, files)
+        tree = write_tree(self.repo, files)
         parents = [pygit2.Oid(hex=parent)] if parent else []
         message = CANDIDATE_MESSAGE if parent else SEED_MESSAGE
         sig = signature()
@@ -474,10 +312,3 @@ def remove_tree(path: Path) -> None:
     for dirpath, _dirs, _files in os.walk(path):
         os.chmod(dirpath, 0o755)
     shutil.rmtree(path, ignore_errors=True)
-
-
-def seed_commit_id(seed_dir: Path, limits: TreeLimits = DEFAULT_LIMITS) -> str:
-    """The commit id the seed folder gets as commit 0 of every run (no repository needed)."""
-    with tempfile.TemporaryDirectory(prefix="holedger-seed-") as tmp:
-        repo = CandidateRepo(Path(tmp) / "seed.git")
-        return repo.commit(read_directory(seed_dir, limits), None).commit

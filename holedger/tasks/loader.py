@@ -322,26 +322,23 @@ def check_task(root: Path, spec: TaskSpec | None = None) -> list[Check]:
         )
     )
     commit = seed_commit(seed_dir)
-    if commit is not None:
-        ok = commit == spec.seed.commit
-        checks.append(
-            Check(
-                "seed commit",
-                ok,
-                commit[:16]
-                if ok
-                else f"seed commits to {commit[:16]}, task.toml pins {spec.seed.commit[:16]}",
-            )
+    ok = commit == spec.seed.commit
+    checks.append(
+        Check(
+            "seed commit",
+            ok,
+            commit[:16]
+            if ok
+            else f"seed commits to {commit[:16]}, task.toml pins {spec.seed.commit[:16]}",
         )
+    )
     return checks
 
 
-def seed_commit(seed_dir: Path) -> str | None:
-    """The seed's git commit id as the server makes it, or None without the server room."""
-    try:
-        from holedger.server.candidates import seed_commit_id
-    except ImportError:
-        return None
+def seed_commit(seed_dir: Path) -> str:
+    """The seed's git commit id, as every run commits it (:mod:`.harness_tree`)."""
+    from holedger.tasks.harness_tree import seed_commit_id
+
     return seed_commit_id(seed_dir)
 
 
