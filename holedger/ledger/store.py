@@ -64,6 +64,7 @@ from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
     SCHEMA_VERSION,
     Checkpoint,
+    EvolveTerms,
     OptimizerDescriptor,
     PublicKeyInfo,
     RescoreOf,
@@ -230,8 +231,10 @@ class Ledger:
         run_id: str | None = None,
         descriptor: OptimizerDescriptor | None = None,
         rescore_of: RescoreOf | None = None,
+        solve_evolve: EvolveTerms | None = None,
     ) -> str:
-        """Start a run: RunOpened at seq 0 declaring this ledger's keys by role."""
+        """Start a run: RunOpened at seq 0 declaring this ledger's keys by role
+        (``solve_evolve``: the terms of a solve-evolve run, see protocol/evolve.py)."""
         run_id = checked_run_id(run_id or new_run_id())
         payload = RunOpened(
             task_id=terms.task_id,
@@ -241,6 +244,7 @@ class Ledger:
             optimizer=optimizer,
             descriptor=descriptor,
             rescore_of=rescore_of,
+            solve_evolve=solve_evolve,
             keys=self.declared_keys(),
             origin=origin_of(run_id),
             checkpoint_interval=self.checkpoint_interval,

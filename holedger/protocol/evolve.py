@@ -98,8 +98,6 @@ def open_problem(
             f"the stream repeats case {repeated[0]!r}",
             "list each case once: a case is scored once, under the harness of its step",
         )
-    if steps < 1:
-        return f"--steps must be at least 1, got {steps}", "give the number of batches to run"
     if batch < 1:
         return f"--batch must be at least 1, got {batch}", "give the cases per step"
     if batch > len(stream):
@@ -107,6 +105,8 @@ def open_problem(
             f"--batch {batch} is larger than the stream of {len(stream)} cases",
             "use a smaller batch, or a longer stream",
         )
+    if steps < 1:
+        return f"--steps must be at least 1, got {steps}", "give the number of batches to run"
     if steps * batch > len(stream):
         return (
             f"{steps} steps of {batch} cases need {steps * batch}, the stream has {len(stream)}",

@@ -26,6 +26,9 @@ Every read the server answers (run info, budget, a tree, a file, a blob) is reco
 a signed OptimizerRead event, in batches written off the request path
 (:mod:`holedger.server.reads`).
 
+A solve-evolve run has the routes of server/evolve_api.py instead of the search ones
+(``/v1/runs/{run}/steps``: score the next batch, commit or leave unchanged each step).
+
 Errors are ``{"error": {"message", "type", "hint"}}`` with 400 (malformed), 401 (no or
 bad token), 402 (over budget, recorded), 403 (foreign token), 404 (unknown, an unknown
 route too), 405 (a known route, another method), 409 (refused by the protocol, recorded
@@ -62,6 +65,8 @@ from holedger.ledger.sql import run_uuid
 from holedger.schemas.events import SafetyViolation
 from holedger.server.budget_view import budget_json
 from holedger.server.candidates import clean_path, read_file_map, read_tar
+from holedger.server.evolve import EvolveRuns
+from holedger.server.evolve_api import evolve_routes, is_solve_evolve, search_only
 from holedger.server.reads import ReadRecorder, read_item
 from holedger.server.service import RunService
 from holedger.server.trees import changes_on_parent, file_bytes, tree_view
@@ -79,10 +84,14 @@ class ApiError(Exception):
         self.status, self.kind, self.message, self.hint = status, kind, message, hint
 
 
-def error_response(status: int, kind: str, message: str, hint: str | None = None) -> JSONResponse:
+def error_response(
+    status: int, kind: str, message: str, hint: str | None = None, code: str | None = None
+) -> JSONResponse:
     body: dict[str, Any] = {"error": {"message": message, "type": kind}}
     if hint:
         body["error"]["hint"] = hint
+    if code:
+        body["error"]["code"] = code
     return JSONResponse(body, status_code=status)
 
 
@@ -108,6 +117,7 @@ def create_api_app(
     when none is given)."""
     registry = tokens or TokenRegistry(service.ledger.app.engine)
     recorder = reads or ReadRecorder(service.ledger)
+    runs = EvolveRuns(service)
 
     def authenticate(request: Request, run_id: str) -> None:
         header = request.headers.get("authorization", "")
@@ -137,7 +147,10 @@ def create_api_app(
                 return error_response(exc.status, exc.kind, exc.message, exc.hint)
             except HoledgerError as exc:
                 status, kind = _status_of(exc)
-                response = error_response(status, kind, exc.message, exc.hint)
+                code = getattr(exc, "code", None)  # a step refused by the solve-evolve rules
+                response = error_response(
+                    status, kind, exc.message, exc.hint, code if isinstance(code, str) else None
+                )
                 if status == 503:
                     response.headers["retry-after"] = "30"
                 return response
@@ -153,13 +166,17 @@ def create_api_app(
 
     async def info(request: Request, run_id: str) -> Response:
         def read() -> dict[str, Any]:
-            body = service.run_info(run_id)
+            if is_solve_evolve(runs, run_id):  # the steps' view: no dev inputs shown
+                body = runs.status(run_id)
+            else:
+                body = service.run_info(run_id)
             answered(run_id, "run")
             return body
 
         return JSONResponse(await run_in_threadpool(read))
 
     async def post_candidate(request: Request, run_id: str) -> Response:
+        await run_in_threadpool(search_only, runs, run_id, "commit outside its steps")
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         parent = request.query_params.get("parent")
         if ctype == "application/json":
@@ -194,6 +211,7 @@ def create_api_app(
         )
 
     async def post_evaluation(request: Request, run_id: str) -> Response:
+        await run_in_threadpool(search_only, runs, run_id, "evaluation request")
         body = await _json_body(request, MAX_JSON_BYTES)
         if not isinstance(body, dict):
             raise ApiError(400, "invalid_request", "expected a JSON object")
@@ -232,6 +250,7 @@ def create_api_app(
         return Response(data, media_type="application/octet-stream")
 
     async def post_nomination(request: Request, run_id: str) -> Response:
+        await run_in_threadpool(search_only, runs, run_id, "nomination")
         body = await _json_body(request, MAX_JSON_BYTES)
         if not isinstance(body, dict) or not isinstance(body.get("candidate"), str):
             raise ApiError(400, "invalid_request", 'expected {"candidate": ID}')
@@ -294,6 +313,7 @@ def create_api_app(
         Route("/v1/runs/{run}/evaluations", route(post_evaluation), methods=["POST"]),
         Route("/v1/runs/{run}/blobs/{digest}", route(get_blob), methods=["GET"]),
         Route("/v1/runs/{run}/nomination", route(post_nomination), methods=["POST"]),
+        *evolve_routes(runs, route, lambda request: _json_body(request, MAX_BODY_BYTES), answered),
     ]
 
     @contextlib.asynccontextmanager

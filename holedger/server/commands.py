@@ -23,6 +23,7 @@ from holedger.replay.report import counted, score_text
 from holedger.sandboxes import BACKEND_NAMES
 from holedger.server import MAX_ATTEMPTS
 from holedger.server.descriptor_options import descriptor_from, descriptor_options
+from holedger.server.evolve_commands import evolve_options, open_solve_evolve
 
 
 @contextlib.contextmanager
@@ -56,6 +57,7 @@ def _json_opt(fn: Any) -> Any:
     help="Sandbox backend of the run's trials (default: the strongest available).",
 )
 @descriptor_options
+@evolve_options
 @_json_opt
 @click.pass_context
 def run_open(
@@ -63,6 +65,12 @@ def run_open(
     task: str,
     optimizer: str,
     backend: str | None,
+    protocol: str,
+    batch: int | None,
+    steps: int | None,
+    scope: tuple[str, ...],
+    step_tokens: int | None,
+    stream: Path | None,
     opt_model: str | None,
     opt_family: str | None,
     opt_release: str | None,
@@ -77,10 +85,47 @@ def run_open(
     of its own). Prints the run id and the optimizer token (shown once). --model and
     --harness (with --family, --release, --harness-scope, --replicate) sign who runs the
     search into RunOpened: cross-run analyses group runs by these fields only.
+
+    --protocol solve-evolve opens a solve-evolve run instead (docs/PROTOCOL.md): a pinned
+    stream of dev cases (--stream FILE, one id a line; default the dev split in order)
+    scored --batch cases at a time for --steps steps, each under the harness before the
+    step, the evolver changing only the --scope folders between steps. The first run of a
+    stream also runs its NONE run (the seed throughout) for Base.
     """
     descriptor = descriptor_from(
         opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
     )
+    if protocol == "solve-evolve":
+        with _service(ctx) as service:
+            open_solve_evolve(
+                service,
+                task,
+                optimizer,
+                backend,
+                descriptor,
+                batch,
+                steps,
+                scope,
+                step_tokens,
+                stream,
+                as_json,
+            )
+        return
+    given = [
+        n
+        for n, v in (
+            ("--batch", batch),
+            ("--steps", steps),
+            ("--scope", scope),
+            ("--step-tokens", step_tokens),
+            ("--stream", stream),
+        )
+        if v
+    ]
+    if given:
+        raise UsageError(
+            f"{given[0]} belongs to solve-evolve runs", hint="add --protocol solve-evolve"
+        )
     with _service(ctx) as service:
         opened = service.open_run(task, optimizer=optimizer, backend=backend, descriptor=descriptor)
     baseline = opened.seed_baseline

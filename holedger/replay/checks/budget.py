@@ -101,7 +101,11 @@ class BudgetFold:
             req.attempts,
             nominated=self.nominated,
             known_cases=self._known_cases(req.split),
-        ) or rules.budget_decision(self.terms.budget, self.used, req.split, cost)
+        )
+        if refusal is None and self.ctx.opened.solve_evolve is None:
+            # (a solve-evolve run's steps are bounded by its pinned stream instead: the
+            # solve_evolve checks judge them, and its use is shown here all the same)
+            refusal = rules.budget_decision(self.terms.budget, self.used, req.split, cost)
         if req.decision == "accepted":
             self.accepted += 1
             if refusal is not None:
