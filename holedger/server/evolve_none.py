@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from holedger.errors import HoledgerError
 from holedger.protocol import evolve, rules
 from holedger.schemas.events import EvolveTerms, NoneRun
 from holedger.server.locks import nomination_lock
 
-if TYPE_CHECKING:
-    from holedger.server.evolve import EvolveRuns
+# ``runs`` below is the server's EvolveRuns (server/evolve.py imports this module).
+EvolveRuns = Any
 
 
 def none_path(runs: EvolveRuns, task_digest: str, terms: EvolveTerms) -> Path:
     name = f"none-{task_digest[:24]}-{terms.stream_digest[:24]}.json"
-    return runs.service.settings.home / "baselines" / name
+    home: Path = runs.service.settings.home
+    return home / "baselines" / name
 
 
 def ensure_none(runs: EvolveRuns, task_ref: str, terms: EvolveTerms, *, backend: str) -> NoneRun:
