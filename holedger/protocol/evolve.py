@@ -183,6 +183,16 @@ class EvolveLog:
     def done(self) -> bool:
         return self.phase in ("done", "scored")
 
+    def where(self) -> str:
+        """Where the run stands, in words."""
+        return {
+            "solve": f"step {self.step + 1} has not begun",
+            "scoring": f"step {self.step} is being scored",
+            "evolve": f"step {self.step} awaits the evolver",
+            "done": "the last step has closed",
+            "scored": "the run is scored",
+        }[self.phase]
+
     def apply(self, payload: Model) -> list[Problem]:
         """Fold one event's payload; what is wrong with it (empty: nothing)."""
         if isinstance(payload, CandidateCommitted):
@@ -214,7 +224,7 @@ class EvolveLog:
                 Problem(
                     ORDER,
                     f"candidate {c.candidate[:12]} committed outside an evolver's turn "
-                    f"(step {self.step} is {_phase_text(self.phase)})",
+                    f"({self.where()})",
                 )
             ]
         if self.commit is not None:
@@ -253,7 +263,7 @@ class EvolveLog:
             return [
                 Problem(
                     ORDER,
-                    f"request {req.request_id} while step {self.step} is {_phase_text(self.phase)}",
+                    f"request {req.request_id} while {self.where()}",
                 )
             ]
         self.step += 1
@@ -286,7 +296,7 @@ class EvolveLog:
             return [
                 Problem(
                     FIXED,
-                    f"{label} scored while step {self.step} is {_phase_text(self.phase)}: "
+                    f"{label} scored while {self.where()}: "
                     "after the evidence that disclosed its step, or of no step",
                 )
             ]
@@ -308,8 +318,7 @@ class EvolveLog:
             return [
                 Problem(
                     ORDER,
-                    f"evidence of request {proj.request_id} disclosed while step {self.step} "
-                    f"is {_phase_text(self.phase)}",
+                    f"evidence of request {proj.request_id} disclosed while {self.where()}",
                 )
             ]
         problems = []
@@ -333,7 +342,7 @@ class EvolveLog:
             return [
                 Problem(
                     ORDER,
-                    f"StepClosed of step {closed.step} while step {t} is {_phase_text(self.phase)}",
+                    f"StepClosed of step {closed.step} while {self.where()}",
                 )
             ]
         problems = []
@@ -397,9 +406,7 @@ class EvolveLog:
 
     def _scored(self, scored: InSituScored) -> list[Problem]:
         if self.phase != "done":
-            return [
-                Problem(ORDER, f"InSituScored while step {self.step} is {_phase_text(self.phase)}")
-            ]
+            return [Problem(ORDER, f"InSituScored while {self.where()}")]
         self.phase = "scored"
         self.in_situ = scored
         recorded = [(c.case_id, list(c.scores)) for c in scored.per_case]
@@ -442,7 +449,7 @@ def close_refusal(
     """None when step ``step`` may close now with a commit on ``parent`` changing
     ``changed`` (``changed`` None: "unchanged"); else why not."""
     if log.phase != "evolve" or step != log.step:
-        awaiting = f"step {log.step} is {_phase_text(log.phase)}"
+        awaiting = log.where()
         return Refusal(
             refusals.EVOLVE_OUT_OF_TURN, f"step {step} is not awaiting the evolver: {awaiting}"
         )
@@ -468,16 +475,6 @@ def close_refusal(
             "only 'unchanged' closes it",
         )
     return None
-
-
-def _phase_text(phase: Phase) -> str:
-    return {
-        "solve": "not begun",
-        "scoring": "being scored",
-        "evolve": "awaiting the evolver",
-        "done": "past the last step",
-        "scored": "scored",
-    }[phase]
 
 
 def _ids(ids: Sequence[str]) -> str:

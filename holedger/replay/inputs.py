@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from holedger.replay.context import Fold, ReplayContext
 from holedger.replay.report import ReplayReport
-from holedger.schemas.events import RunOpened, RunScored
+from holedger.schemas.events import InSituScored, RunOpened, RunScored
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class BaselineRun:
     opened: RunOpened | None
     seed: str | None
     scored: RunScored | None
+    # of a solve-evolve run (a NONE run, pinned as its stream's Base): its in-situ score,
+    # and whether any candidate beyond the seed was committed
+    in_situ: InSituScored | None = None
+    evolved: bool = False
 
 
 @dataclass(frozen=True)

@@ -40,3 +40,7 @@ CHECKS.append(GatewayFold)
 from holedger.replay.checks.audit_controls import AuditControlsFold  # noqa: E402
 
 CHECKS.append(AuditControlsFold)
+
+from holedger.replay.checks.evolve import EvolveFold  # noqa: E402
+
+CHECKS.append(EvolveFold)

@@ -39,6 +39,7 @@ from holedger.replay.report import ReplayReport, ReportBuilder, score_text
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
     CandidateCommitted,
+    InSituScored,
     Model,
     RunOpened,
     RunScored,
@@ -55,6 +56,8 @@ class Captured:
     opened: RunOpened | None = None
     seed: str | None = None  # the candidate of its CandidateCommitted index 0
     scored: RunScored | None = None  # its first RunScored
+    in_situ: InSituScored | None = None  # a solve-evolve run's first InSituScored
+    evolved: bool = False  # a candidate beyond the seed was committed
 
 
 class _Capture:
@@ -70,8 +73,12 @@ class _Capture:
         if isinstance(payload, CandidateCommitted) and payload.index == 0:
             if self.into.seed is None:
                 self.into.seed = payload.candidate
+        elif isinstance(payload, CandidateCommitted):
+            self.into.evolved = True
         elif isinstance(payload, RunScored) and self.into.scored is None:
             self.into.scored = payload
+        elif isinstance(payload, InSituScored) and self.into.in_situ is None:
+            self.into.in_situ = payload
 
     def finish(self, out: ReportBuilder) -> None:
         return None
@@ -89,7 +96,13 @@ def capturing(checks: Sequence[CheckFactory]) -> tuple[list[CheckFactory], Captu
 
 def baseline_run(run_id: str, report: ReplayReport, facts: Captured) -> BaselineRun:
     return BaselineRun(
-        run_id=run_id, report=report, opened=facts.opened, seed=facts.seed, scored=facts.scored
+        run_id=run_id,
+        report=report,
+        opened=facts.opened,
+        seed=facts.seed,
+        scored=facts.scored,
+        in_situ=facts.in_situ,
+        evolved=facts.evolved,
     )
 
 
