@@ -149,7 +149,7 @@ def test_step_events_in_a_search_run_are_caught(ledger: Ledger) -> None:
     )
     ledger.append(run_id, "StepClosed", closed, "server")
     ledger.close_run(run_id, "completed", {})
-    from holedger.replay.engine import replay_run
+    from holedger.replay.runs import replay_run
 
     assert "evolve_steps" in failed(replay_run(ledger, run_id))
 

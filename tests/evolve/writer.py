@@ -10,8 +10,8 @@ from sample_terms import sha, task_terms
 
 from holedger.ledger.store import Ledger
 from holedger.protocol import evolve, rules
-from holedger.replay.engine import replay_run
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import replay_run
 from holedger.schemas.events import (
     CandidateCommitted,
     CaseScores,
