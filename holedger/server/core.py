@@ -299,7 +299,13 @@ class ServerCore:
 
 
 def open_for_search(state: RunState) -> None:
-    """Refuse a search operation (commit, evaluation) on a closed or nominated run."""
+    """Refuse a search operation (commit, evaluation) on a closed or nominated run, and on
+    a solve-evolve run, which changes its harness and scores cases only in its steps."""
+    if state.opened.solve_evolve is not None:
+        raise PolicyError(
+            f"run {state.run_id} is a solve-evolve run: no search commit or evaluation",
+            hint="its steps score the stream and take the evolver's commits (docs/PROTOCOL.md)",
+        )
     if state.closed:
         raise PolicyError(
             f"run {state.run_id} is closed",

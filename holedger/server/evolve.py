@@ -29,7 +29,6 @@ from holedger.errors import NotFoundError, PolicyError, UsageError
 from holedger.ledger.records import Record
 from holedger.protocol import evolve, rules
 from holedger.protocol.refusals import Refusal
-from holedger.protocol.runs import new_run_id
 from holedger.sandboxes import get_backend
 from holedger.schemas.canonical import rational_to_str
 from holedger.schemas.events import (
@@ -44,6 +43,7 @@ from holedger.schemas.events import (
     StepClosed,
     payload_model,
 )
+from holedger.server import lifecycle
 from holedger.server.candidates import (
     CandidateRefused,
     FileMap,
@@ -51,16 +51,12 @@ from holedger.server.candidates import (
     entrypoint_problem,
     read_directory,
 )
+from holedger.server.core import ServerCore
+from holedger.server.dispatch import EvaluationInterrupted, Item, projected, trial_items
+from holedger.server.lifecycle import OpenedRun
 from holedger.server.locks import request_lock
-from holedger.server.service import (
-    EvaluationInterrupted,
-    Item,
-    OpenedRun,
-    RunConfig,
-    RunService,
-    _projected,
-    _trial_items,
-)
+from holedger.server.recovery import record_left_requests
+from holedger.server.service import RunService
 from holedger.server.state import RunState
 from holedger.server.trees import immutable_refusal
 
@@ -155,6 +151,7 @@ class EvolveRuns:
 
     def __init__(self, service: RunService) -> None:
         self.service = service
+        self.core = service.core
 
     # ------------------------------------------------------------------ folding
 
@@ -233,68 +230,28 @@ class EvolveRuns:
             terms = terms.model_copy(
                 update={"none_run": self.ensure_none(task_ref, terms, backend=backend)}
             )
-        return self._open(task_ref, terms, optimizer, backend, descriptor)
-
-    def _open(
-        self,
-        task_ref: str,
-        terms: EvolveTerms,
-        optimizer: str,
-        backend: str,
-        descriptor: OptimizerDescriptor | None,
-    ) -> OpenedRun:
-        svc = self.service
-        if not optimizer or len(optimizer) > 200 or not optimizer.isprintable():
-            raise UsageError(
-                f"optimizer label {optimizer[:80]!r} is not a printable name of 1 to 200 "
-                "characters",
-                hint="name the optimizer with plain text, e.g. --optimizer my-evolver",
-            )
-        task = svc.task(task_ref)
-        seed_files = read_directory(task.seed_dir, svc.tree_limits)
-        run_id = new_run_id()
-        seed = svc.repo(run_id).commit(seed_files, None)
-        if seed.commit != task.terms.seed_commit:
-            raise PolicyError(
-                f"the seed folder of task {task.terms.task_id} commits to {seed.commit[:12]}, "
-                f"not the pinned {task.terms.seed_commit[:12]}",
-                hint="run 'holedger tasks verify' on the task",
-            )
-        RunConfig(task_ref, backend).save(svc.settings, run_id)
-        svc.ledger.open_run(
-            task.terms,
-            task_digest=task.digest,
+        return lifecycle.open_run(
+            self.core,
+            task_ref,
             optimizer=optimizer,
-            run_id=run_id,
+            backend=backend,
+            baseline=False,
             descriptor=descriptor,
             solve_evolve=terms,
         )
-        committed = CandidateCommitted(
-            candidate=seed.commit,
-            index=0,
-            tree=seed.tree,
-            parent=None,
-            changed_paths=sorted(seed_files),
-            immutable_ok=True,
-        )
-        svc._append(run_id, [("CandidateCommitted", committed, "server")])
-        from holedger.gateway.tokens import TokenRegistry
-
-        token = TokenRegistry(svc.ledger.app.engine).issue_optimizer_token(run_id)
-        return OpenedRun(run_id, task.terms.task_id, seed.commit, token, None, backend)
 
     # ------------------------------------------------------------------ solve
 
     def solve(self, run_id: str) -> Evidence:
         """Score the next batch under H_{t-1}, record it with its evidence, return D_t."""
-        svc = self.service
-        with svc._work():
+        svc = self.core
+        with svc.work():
             state = svc.states.current(run_id)
             terms = evolve_terms(state.opened)
             task = svc.run_task(run_id)
             cases = {c.id: c for c in task.cases("dev")}
-            svc._recover(run_id)
-            runner, setup_error = svc._try_trial_runner(run_id, task)
+            record_left_requests(svc, run_id)
+            runner, setup_error = svc.try_trial_runner(run_id, task)
             request_id = f"step-{uuid.uuid4().hex[:16]}"
 
             def decide(st: RunState) -> tuple[list[Item], tuple[int, EvaluationRequested]]:
@@ -320,16 +277,16 @@ class EvolveRuns:
                 )
                 return [("EvaluationRequested", payload, "server")], (step, payload)
 
-            with request_lock(svc._request_lock_path(run_id, request_id)):
-                step, request = svc._decide(run_id, decide)
+            with request_lock(svc.request_lock_path(run_id, request_id)):
+                step, request = svc.decide(run_id, decide)
                 interrupted: EvaluationInterrupted | None = None
                 try:
-                    outcomes = svc._run_trials(runner, run_id, request, cases)
+                    outcomes = svc.run_trials(runner, run_id, request, cases)
                 except EvaluationInterrupted as exc:
                     interrupted, outcomes = exc, exc.outcomes
-                projected = _projected(request, task.terms.disclosure, outcomes)
-                items = [*_trial_items(outcomes), ("DisclosureProjected", projected, "server")]
-                if not svc._record_request(run_id, request_id, items):
+                evidence = projected(request, task.terms.disclosure, outcomes)
+                items = [*trial_items(outcomes), ("DisclosureProjected", evidence, "server")]
+                if not svc.record_request(run_id, request_id, items):
                     raise PolicyError(f"step {step} of run {run_id} could not be recorded")
                 if interrupted is not None:
                     raise interrupted
@@ -339,15 +296,15 @@ class EvolveRuns:
             request.candidate,
             request_id,
             list(request.case_ids),
-            projected.projection,
-            projected.projection_digest,
+            evidence.projection,
+            evidence.projection_digest,
         )
 
     # ------------------------------------------------------------------ evolve
 
     def commit(self, run_id: str, step: int, files: FileMap, parent: str | None) -> ClosedStep:
         """Step ``step``'s one commit: ``files`` (the whole tree) on ``parent`` (H_{t-1})."""
-        svc = self.service
+        svc = self.core
         state = svc.states.current(run_id)
         evolve_terms(state.opened)
         log = self.fold(run_id, state.next_seq)
@@ -399,7 +356,7 @@ class EvolveRuns:
                 ("StepClosed", closed, "server"),
             ], result
 
-        result = svc._decide(run_id, decide)
+        result = svc.decide(run_id, decide)
         repo.keep(made.commit)
         return self._after_close(run_id, result)
 
@@ -427,7 +384,7 @@ class EvolveRuns:
             )
 
         evolve_terms(self.service.states.current(run_id).opened)
-        result = self.service._decide(run_id, decide)
+        result = self.core.decide(run_id, decide)
         return self._after_close(run_id, result)
 
     def _after_close(self, run_id: str, result: ClosedStep) -> ClosedStep:
@@ -445,7 +402,7 @@ class EvolveRuns:
 
     def finish(self, run_id: str) -> InSituScored | None:
         """After the last step: InSituScored, then RunClosed; None before it."""
-        svc = self.service
+        svc = self.core
         opened = svc.ledger.run_terms(run_id)
         terms = evolve_terms(opened)
 
@@ -471,7 +428,7 @@ class EvolveRuns:
             )
             return [("InSituScored", scored, "server")], scored
 
-        scored = svc._decide(run_id, decide)
+        scored = svc.decide(run_id, decide)
         if scored is None:
             return None
         if not svc.states.current(run_id).closed:
@@ -542,7 +499,7 @@ def _step_closed(
     )
 
 
-def _close(svc: RunService, run_id: str, summary: dict[str, Any]) -> None:
+def _close(svc: ServerCore, run_id: str, summary: dict[str, Any]) -> None:
     from holedger.errors import LedgerConflictError
 
     for _ in range(200):

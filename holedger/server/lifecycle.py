@@ -34,6 +34,7 @@ from holedger.replay.report import counted
 from holedger.sandboxes import get_backend
 from holedger.schemas.events import (
     CandidateCommitted,
+    EvolveTerms,
     OptimizerDescriptor,
     RunClosed,
     SeedBaseline,
@@ -68,8 +69,10 @@ def open_run(
     backend: str | None = None,
     baseline: bool = True,
     descriptor: OptimizerDescriptor | None = None,
+    solve_evolve: EvolveTerms | None = None,
 ) -> OpenedRun:
-    """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
+    """RunOpened pinning the task and its seed baseline; the seed as candidate 0.
+    ``solve_evolve``: a solve-evolve run's terms (server/evolve.py opens those)."""
     if not optimizer or len(optimizer) > 200 or not optimizer.isprintable():
         # Checked before anything is made: the label is recorded as text in RunOpened.
         raise UsageError(
@@ -105,6 +108,7 @@ def open_run(
         seed_baseline=seed_baseline,
         run_id=run_id,
         descriptor=descriptor,
+        solve_evolve=solve_evolve,
     )
     committed = CandidateCommitted(
         candidate=seed.commit,

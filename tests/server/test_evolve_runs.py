@@ -221,3 +221,21 @@ def test_bad_input_at_run_open_is_one_line_and_exit_2(
     assert words in first, opened.output
     assert "Traceback" not in opened.output
     assert Ledger.from_settings(fresh_home).run_ids() == []  # nothing half-written
+
+
+def test_a_solve_evolve_run_takes_no_search_commit_or_evaluation(
+    service: RunService, tiny: ServerTask
+) -> None:
+    from holedger.errors import PolicyError
+
+    from .helpers import perfect_candidate
+
+    runs = EvolveRuns(service)
+    terms = runs.terms_for("tiny", batch=6, steps=1, scope=None, step_tokens=None, stream=None)
+    run_id = runs.open_run("tiny", terms, optimizer="evolver").run_id
+    with pytest.raises(PolicyError, match="solve-evolve run"):
+        service.evaluate(run_id, "seed", "dev", ["dev-0"], 1)
+    with pytest.raises(PolicyError, match="solve-evolve run"):
+        perfect_candidate(service, run_id, tiny)
+    runs.solve(run_id)
+    assert runs.unchanged(run_id, 1).finished is not None  # and the run closes
