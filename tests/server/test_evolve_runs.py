@@ -100,6 +100,8 @@ def test_a_solve_evolve_run_scores_each_batch_under_the_harness_before_it(
     again = runs.open_run("tiny", terms, optimizer="evolver")
     repinned = service.ledger.run_terms(again.run_id).solve_evolve
     assert repinned is not None and repinned.none_run == pinned.none_run
+    service.abort(again.run_id, "opened only to see its pin")  # the shared home's runs close
+    assert_replay_verifies(service.ledger, again.run_id)
 
 
 @pytest.mark.parametrize(
