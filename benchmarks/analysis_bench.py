@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from replay_protocol.runs import RunWriter, honest_finish, honest_search, terms
 
+from holedger.bundles.export import export_bundle
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.replay.bundle import export_bundle
 from holedger.schemas.events import OptimizerDescriptor
 
 MODELS = ("m-a", "m-b", "m-c", "m-d", "m-e")

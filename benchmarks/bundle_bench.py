@@ -24,10 +24,11 @@ from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
+from holedger.bundles.export import export_bundle
+from holedger.bundles.verify import verify_bundle
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.bundle import export_bundle, verify_bundle
 from holedger.replay.runs import replay_run
 from holedger.schemas.events import (
     BudgetVector,

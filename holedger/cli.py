@@ -36,6 +36,7 @@ ROOM_COMMANDS = (
     "holedger.tasks.commands",
     "holedger.server.commands",
     "holedger.replay.commands",
+    "holedger.bundles.commands",
     "holedger.gateway.commands",
     "holedger.sandboxes.commands",
     "holedger.analysis.commands",

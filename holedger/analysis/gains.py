@@ -271,9 +271,10 @@ def collect_bundles(
     must be among ``paths`` (as ``verify --baseline``): a run whose E(H0) cannot be
     checked is left out, its id appended to ``no_baseline`` (and not to ``excluded``).
     """
+    from holedger.bundles.format import open_bundle
+    from holedger.bundles.verify import BundleBaselines, verify_bundle
     from holedger.errors import BundleError
     from holedger.ledger.fastpath import parse_record
-    from holedger.replay.bundle import BundleBaselines, open_bundle, verify_bundle
 
     by_run: dict[str, list[str]] = {}  # every bundle of a run, in the order given
     scored: dict[str, list[tuple[str, RunGain]]] = {}  # those that hold its score

@@ -58,7 +58,7 @@ class Source:
                 if reader is not None:
                     out[run_id] = reader
         if self.bundle_paths:
-            from holedger.replay.bundle import open_bundle
+            from holedger.bundles.format import open_bundle
 
             for path in self.bundle_paths:
                 bundle = open_bundle(path)  # kept open while the readers live

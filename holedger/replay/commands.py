@@ -199,6 +199,3 @@ def _is_audit(ledger: Ledger, ref: str) -> bool:
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
     cli.add_command(replay_cmd)
-    from holedger.replay import bundle_commands
-
-    bundle_commands.register(cli)

@@ -19,8 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from holedger.bundles.export import export_bundle
+from holedger.bundles.format import open_bundle
+from holedger.bundles.verify import verify_bundle
 from holedger.errors import BundleError
-from holedger.replay.bundle import export_bundle, open_bundle, verify_bundle
 
 from .bundlefile import read_entries, write_entries
 from .conftest import SampleRun

@@ -12,12 +12,14 @@ from click.testing import CliRunner
 # The ledger tests' realistic run (tests/ is on sys.path as the test packages' base).
 from ledger.recorded_run import record_run
 
+from holedger.bundles.export import export_bundle
+from holedger.bundles.format import open_bundle
+from holedger.bundles.verify import verify_bundle
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.errors import BundleError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.bundle import export_bundle, open_bundle, verify_bundle
 from holedger.replay.inputs import CheckInputs
 from holedger.replay.report import ReplayReport
 from holedger.replay.runs import replay_run

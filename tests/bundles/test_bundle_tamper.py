@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from holedger.bundles.export import export_bundle
+from holedger.bundles.format import git_object_id
+from holedger.bundles.verify import verify_bundle
 from holedger.errors import BundleError
 from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey, SigningKey
 from holedger.ledger.note import parse_note, sign_note
 from holedger.ledger.records import sign_event
-from holedger.replay.bundle import export_bundle, git_object_id, verify_bundle
 from holedger.replay.report import ReplayReport
 from holedger.schemas.canonical import canonical_json
 

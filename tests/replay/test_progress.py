@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 from ledger.recorded_run import CHECKPOINT_INTERVAL, record_run
 
+from holedger.bundles import verify as bundle_module
+from holedger.bundles.export import export_bundle
+from holedger.bundles.verify import verify_bundle
 from holedger.config import Settings
 from holedger.ledger import store
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay import bundle as bundle_module
-from holedger.replay.bundle import export_bundle, verify_bundle
 from holedger.replay.runs import replay_run
 from replay.task_run import closed_task_run
 

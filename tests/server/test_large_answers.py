@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from holedger.bundles.export import export_bundle
+from holedger.bundles.format import KIND_RECORD, LIMITS
+from holedger.bundles.verify import verify_bundle
 from holedger.errors import NotFoundError
-from holedger.replay.bundle import KIND_RECORD, LIMITS, export_bundle, verify_bundle
 from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
