@@ -23,7 +23,7 @@ from server.tinytask import write_task_folder
 from holedger.config import Settings
 from holedger.demo.grid import EXAMPLE_GRID, load_grid
 from holedger.ledger.store import Ledger
-from holedger.replay.engine import replay_run
+from holedger.replay.runs import replay_run
 
 GRID = """
 [campaign]
