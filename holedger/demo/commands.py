@@ -79,6 +79,27 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
     help="A task name or folder to run the demo on (default: the bundled officeqa-lite); "
     "its prepared edits, if any, are in the folder 'edits' beside its seed.",
 )
+@click.option(
+    "--protocol",
+    type=click.Choice(["search", "solve-evolve"]),
+    default="search",
+    show_default=True,
+    help="search: the example optimizer searches and nominates; solve-evolve: its evolver "
+    "edits the harness between batches of a dev stream, each scored in situ.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1),
+    default=4,
+    show_default=True,
+    help="solve-evolve: cases per step.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1),
+    default=None,
+    help="solve-evolve: steps (default: every whole batch of the dev split).",
+)
 @descriptor_options
 @click.pass_context
 def demo_cmd(
@@ -87,6 +108,9 @@ def demo_cmd(
     backend: str | None,
     shortcuts: bool,
     task: str | None,
+    protocol: str,
+    batch: int,
+    steps: int | None,
     opt_model: str | None,
     opt_family: str | None,
     opt_release: str | None,
@@ -102,6 +126,9 @@ def demo_cmd(
     Exit 0 when the run verifies and g is above the resolution band, 1 otherwise; 130
     when interrupted (Ctrl-C), after recording what ran and closing the run as aborted.
     --model and --harness (and the other descriptor options) sign who ran the search.
+    --protocol solve-evolve runs the task as a solve-evolve run instead (its dev stream in
+    batches, the example evolver's one edit or none per step, J against its NONE run);
+    exit 0 when it verifies.
     """
     from holedger.demo.run import DEMO_TASK, run_demo
 
@@ -109,6 +136,21 @@ def demo_cmd(
         opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
     )
     cfg = settings(ctx)
+    if protocol == "solve-evolve":
+        from holedger.demo.evolve_run import run_evolve_demo
+
+        evolved = run_evolve_demo(
+            cfg,
+            backend=backend,
+            as_json=as_json,
+            task=task or DEMO_TASK,
+            batch=batch,
+            steps=steps,
+            descriptor=descriptor,
+        )
+        if as_json:
+            emit_json(evolved.to_json())
+        sys.exit(0 if evolved.ok else 1)
     summary = run_demo(
         cfg,
         backend=backend,

@@ -328,6 +328,69 @@ class Optimizer:
         return winner
 
 
+# --------------------------------------------------------------------------- solve-evolve
+
+
+def failing_cases(evidence: dict[str, Any]) -> list[str]:
+    """The cases of a step's evidence whose mean score is below 1."""
+    cases = evidence["projection"].get("cases", {})
+    return sorted(c for c, item in cases.items() if frac(item["mean"]) < 1)
+
+
+class Evolver:
+    """The solve-evolve mode: after each scored batch, one prepared edit or nothing.
+
+    For each step the server scores the next batch under the current harness and shows
+    its evidence (``POST .../steps``); when a case failed, the evolver commits the next
+    prepared edit that applies to the current harness, changes only files inside the
+    editable scope and was not tried yet (``POST .../steps/T/commit``), else it closes
+    the step unchanged (``POST .../steps/T/unchanged``). The last step's answer holds J.
+    """
+
+    def __init__(self, api: Api, edits: list[Edit]) -> None:
+        self.api = api
+        self.edits = list(edits)
+
+    def next_edit(
+        self, tree: dict[str, str], scope: list[str]
+    ) -> tuple[Edit, dict[str, str], dict[str, str | None]] | None:
+        """The next prepared edit that applies to ``tree`` inside ``scope`` (others are
+        dropped, saying why), or None when none is left."""
+        while self.edits:
+            edit = self.edits.pop(0)
+            after = edit.apply(tree)
+            changes = changes_between(tree, after) if after is not None else {}
+            if after is None or not changes:
+                say(f"{edit.name} does not apply to the current harness; dropped")
+            elif not all(any(p.startswith(f) for f in scope) for p in changes):
+                say(f"{edit.name} changes files outside the editable scope; dropped")
+            else:
+                return edit, after, changes
+        return None
+
+    def run(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.api.call("GET", "/steps")
+        scope = [str(f) for f in status["scope"]]
+        say(f"solve-evolve: {status['steps']} steps of {status['batch']} cases; scope {scope}")
+        listing = self.api.call("GET", "/candidates/seed/tree?contents=1", logged=without_contents)
+        tree, head = text_files(listing), str(status["head"])
+        closed: dict[str, Any] = {}
+        for step in range(int(status["step"]) + 1, int(status["steps"]) + 1):
+            evidence = self.api.call("POST", "/steps")
+            failed = failing_cases(evidence)
+            say(f"step {step}: {len(failed)} of {len(evidence['case_ids'])} cases failed")
+            chosen = self.next_edit(tree, scope) if failed else None
+            if chosen is None:
+                closed = self.api.call("POST", f"/steps/{step}/unchanged")
+                continue
+            edit, after, changes = chosen
+            body = {"changes": changes, "parent": head}
+            closed = self.api.call("POST", f"/steps/{step}/commit", body)
+            tree, head = after, str(closed["candidate"])
+            say(f"step {step}: committed {edit.name} ({edit.lever}) as {head[:12]}")
+        return closed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = Path(__file__).resolve().parent
@@ -354,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-edits", type=int, default=None, help="try at most this many edits (a budget)"
     )
+    parser.add_argument(
+        "--protocol",
+        choices=("search", "solve-evolve"),
+        default="search",
+        help="search (dev/val, nominate) or solve-evolve (one edit or none per step)",
+    )
     args = parser.parse_args(argv)
     token = os.environ.get("HOLEDGER_API_TOKEN", "")
     if not args.api or not token:
@@ -365,6 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         edits.reverse()
     if args.max_edits is not None:
         edits = edits[: max(0, args.max_edits)]
+    if args.protocol == "solve-evolve":
+        try:
+            last = Evolver(api, edits).run()
+        except ApiError as exc:
+            say(f"the server refused: {exc}")
+            return 1
+        say(f"done: in-situ score {last.get('in_situ')}")
+        return 0
     optimizer = Optimizer(
         api,
         edits,
