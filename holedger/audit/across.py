@@ -28,6 +28,7 @@ class Setting:
     delta: Fraction | None
     shares: tuple[Fraction, Fraction, Fraction] | None
     held_out_delta: Fraction | None = None  # B5: E(H+) - E(H0) of the run
+    val_selection: dict[str, Any] | None = None  # B5: the val-selected candidate's
 
 
 def summarize(settings: Sequence[Setting]) -> dict[str, Any]:
@@ -64,7 +65,25 @@ def summarize(settings: Sequence[Setting]) -> dict[str, Any]:
         hits = [s.audit_id for s in transferred if below(s.held_out_delta, s.delta)]
         return {"count": len(hits), "audits": hits}
 
+    chosen = [s for s in decomposed if s.val_selection is not None]
+
+    def flagged(flag: str) -> dict[str, Any]:
+        hits = [s.audit_id for s in chosen if s.val_selection and s.val_selection[flag]]
+        return {"count": len(hits), "audits": hits}
+
+    def mean_of(key: str) -> str | None:
+        values = [Fraction(s.val_selection[key]) for s in chosen if s.val_selection]
+        return rational_to_str(sum(values, Fraction(0)) / len(values)) if values else None
+
     return {
+        "val_selection": {  # B5: selecting by val instead of by search
+            "settings": len(chosen),
+            "mean_held_out_search_selected": mean_of("held_out_search_selected"),
+            "mean_held_out_val_selected": mean_of("held_out_val_selected"),
+            "improves": flagged("improves"),
+            "worsens": flagged("worsens"),
+            "still_below_search_gain": flagged("val_below_search_gain"),
+        },
         "transfer": {  # B5 across settings: the held-out gain against the search gain
             "settings": len(transferred),
             "below_search": count(lambda held, search: held < search),
@@ -110,4 +129,5 @@ def setting_of(state: Any, task: str) -> Setting:
     status = d.status if d is not None else ("opened" if state.gate is None else "running")
     transfer = d.transfer if d is not None else None
     held = Fraction(transfer["held_out_delta"]) if transfer else None
-    return Setting(state.audit_id, state.opened.run_id, task, status, delta, shares, held)
+    chosen = transfer.get("val_selection") if transfer else None
+    return Setting(state.audit_id, state.opened.run_id, task, status, delta, shares, held, chosen)

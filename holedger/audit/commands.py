@@ -395,6 +395,14 @@ def _print(state: Any, as_json: bool) -> None:
             f"{t['search_delta']} (below: {t['below_search']}, below half: "
             f"{t['below_half_search']}, below 0: {t['below_zero']})"
         )
+        v = t.get("val_selection")
+        if v:
+            click.echo(
+                f"val selection {v['val_selected']} (search-selected H^ {v['search_selected']}):"
+                f" held-out gain {v['held_out_val_selected']} against "
+                f"{v['held_out_search_selected']} (improves: {v['improves']}, worsens: "
+                f"{v['worsens']}, below the search gain: {v['val_below_search_gain']})"
+            )
     click.echo(
         "readings (not stated by the method, chosen here): " + "; ".join(sorted(data["readings"]))
     )
@@ -459,6 +467,15 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
             f"o = {means['o']}, t = {means['t']}, g = {means['g']}"
         )
     out.print(f"o + t above one half: {data['o_plus_t_over_half']['count']}")
+    v = data["val_selection"]
+    if v["settings"]:
+        out.print(
+            f"val selection over {v['settings']} settings: mean held-out gain "
+            f"{v['mean_held_out_val_selected']} (val-selected) against "
+            f"{v['mean_held_out_search_selected']} (search-selected); improves "
+            f"{v['improves']['count']}, worsens {v['worsens']['count']}, still below the "
+            f"search gain {v['still_below_search_gain']['count']}"
+        )
     t = data["transfer"]
     out.print(
         f"held-out gain of {t['settings']} scored settings: below the search gain in "

@@ -145,3 +145,54 @@ def held_out_strata(
         "held_out_strata": stats.stratify(cand, base, tags),
         "left_out_types": stats.left_out_types(cand, base, tags, search_tags),
     }
+
+
+def val_means(run: RunFacts) -> dict[str, Fraction]:
+    """Each candidate's val score: the mean over its val cases of its per-case means."""
+    by_candidate: dict[str, list[Trial]] = {}
+    for t in run.trials:
+        if t.split == "val":
+            by_candidate.setdefault(t.candidate, []).append(t)
+    out = {}
+    for candidate, trials in by_candidate.items():
+        means = stats.case_means(per_case(trials))
+        out[candidate] = sum(means.values(), Fraction(0)) / len(means)
+    return out
+
+
+def val_selected(run: RunFacts, nominee: str) -> str | None:
+    """B5's val-selected candidate of the run (in commit order for ties)."""
+    return stats.select_by_val(val_means(run), list(run.parents), nominee)
+
+
+def val_selection(
+    run: RunFacts, nominee: str, search_delta: Fraction, hval: Sequence[Trial]
+) -> dict[str, Any] | None:
+    """B5 validation selection, from the run's RunScored (H^) and the Hval control trials
+    (the val-selected candidate on the test split); None when the run is not scored or
+    no candidate was evaluated on val."""
+    chosen = val_selected(run, nominee)
+    if run.held_out is None or chosen is None:
+        return None
+    e_plus, e_zero = run.held_out
+    if chosen == nominee:
+        e_val = e_plus
+    else:
+        trials = [t for t in hval if t.candidate == chosen and t.split == "test"]
+        if not trials:
+            raise ValueError(f"no held-out control trials of the val-selected {chosen[:12]}")
+        means = stats.case_means(per_case(trials))
+        e_val = sum(means.values(), Fraction(0)) / len(means)
+    return stats.val_selection(nominee, chosen, e_plus - e_zero, e_val - e_zero, search_delta)
+
+
+def transfer_of(
+    run: RunFacts, nominee: str, search_delta: Fraction, hval: Sequence[Trial]
+) -> dict[str, Any] | None:
+    """B5 for one setting: the held-out gain against the search gain, and validation
+    selection; None when the run is not scored."""
+    if run.held_out is None:
+        return None
+    out = stats.transfer(search_delta, run.held_out[0] - run.held_out[1])
+    out["val_selection"] = val_selection(run, nominee, search_delta, hval)
+    return out

@@ -5,7 +5,7 @@ stream after its RunClosed, and the audit's own server-signed ControlEvaluated n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 from holedger.audit.events import CheckpointRef, ControlEvaluated
@@ -46,6 +46,14 @@ class Controls:
             trials += [t for t in facts.trials if t.request_id == made.request_id]
         return trials
 
+    def scored(self, scorer: ControlRun, harness: ControlHarness, candidate: str) -> list[Trial]:
+        """Score ``candidate`` on the held-out split in ``scorer`` (a control run of its
+        own, which the scoring closes); its trials."""
+        made = scorer.score(harness, candidate)
+        self.made.append(made)
+        facts = read_run(scorer.run_id, self.ledger.records(scorer.run_id))
+        return [t for t in facts.trials if t.request_id == made.request_id]
+
     def close(self) -> None:
         """Close the control run (once): its trials are all recorded before the audited
         run records them."""
@@ -83,3 +91,16 @@ def statement(made: AuditControlEvaluated, run_seq: int) -> ControlEvaluated:
         scores_digest=made.scores_digest,
         run_seq=run_seq,
     )
+
+
+def control_trials(
+    ledger: Ledger, statements: Sequence[ControlEvaluated], harness: str
+) -> list[Trial]:
+    """The trials of an audit's recorded control evaluations of ``harness``, read from
+    their control runs."""
+    out: list[Trial] = []
+    for c in statements:
+        if c.harness == harness and ledger.has_run(c.control_run_id):
+            facts = read_run(c.control_run_id, ledger.records(c.control_run_id))
+            out += [t for t in facts.trials if t.request_id == c.request_id]
+    return out

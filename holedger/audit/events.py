@@ -19,7 +19,7 @@ from holedger.schemas.types import Rational, Sha256Hex
 AUDIT_SCHEMA_VERSION = 1
 AuditRole = Literal["auditor", "server"]
 AUDIT_ROLES: tuple[AuditRole, ...] = ("auditor", "server")
-Harness = Literal["H0", "H0scale", "Hhat", "Hneutral"]
+Harness = Literal["H0", "H0scale", "Hhat", "Hneutral", "Hval"]
 
 
 class CheckpointRef(Model):
@@ -54,7 +54,7 @@ class ControlEvaluated(Model):
     control_run_id: str = Field(pattern=RUN_ID_PATTERN)
     control_checkpoint: CheckpointRef
     request_id: str
-    split: Literal["dev", "val"]
+    split: Literal["dev", "val", "test"]
     case_ids: list[str]
     attempts: int = Field(ge=1)
     scores_digest: Sha256Hex

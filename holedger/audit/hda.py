@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from holedger.audit import compute, detectors, stats
-from holedger.audit.control import Controls
+from holedger.audit.control import Controls, control_trials
 from holedger.audit.events import (
     AuditOpened,
     AuditRole,
@@ -279,6 +279,39 @@ def _controls(
     )
 
 
+def _val_selected(
+    ctx: AuditContext,
+    state: AuditState,
+    task: ServerTask,
+    backend: str | None,
+    server: SigningKey,
+    run: RunFacts,
+    controls: Controls,
+) -> list[Trial]:
+    """B5: the val-selected candidate scored on the held-out split (K attempts on every
+    test case) in a control run of its own, when it is not H^ and the run was scored."""
+    assert run.nominee is not None
+    chosen = compute.val_selected(run, run.nominee)
+    if run.held_out is None or chosen is None or chosen == run.nominee:
+        return []
+    scorer = ControlRun(
+        ctx.settings,
+        ctx.writer(server),
+        task,
+        audit_id=state.audit_id,
+        auditor_key_id=state.opened.auditor_key.key_id,
+        run_id=run.run_id,
+        backend=backend,
+        gateway=ctx.gateway,
+        baseline=True,
+    )
+    try:
+        scorer.commit_chain(ctx.settings.run_repo(run.run_id), run.parents, run.seed_commit, chosen)
+        return controls.scored(scorer, "Hval", chosen)
+    finally:
+        scorer.close()
+
+
 def run_hda(
     ctx: AuditContext,
     audit_ref: str,
@@ -348,6 +381,7 @@ def run_hda(
                 "auditor",
             )
         )
+        hval = _val_selected(ctx, state, task, backend, server, run, controls)
         found = _detect(ctx, task, run, hhat, hhat_trials, h0_trials)
         items += [
             (
@@ -367,7 +401,7 @@ def run_hda(
             items.append(
                 (
                     "Decomposed",
-                    _decomposed(run, result, s_scaled, result.s_candidate, cases, task),
+                    _decomposed(run, result, s_scaled, result.s_candidate, hval),
                     "auditor",
                 )
             )
@@ -428,14 +462,11 @@ def _decomposed(
     gate: stats.GateResult,
     s_scaled: Fraction,
     s_neutral: Fraction,
-    cases: dict[str, list[str]],
-    task: ServerTask,
+    hval: Sequence[Trial],
 ) -> Decomposed:
-    del cases, task
+    assert run.nominee is not None
     parts = stats.decompose(gate.s_candidate, gate.s_base, s_scaled, s_neutral)
-    transfer = None
-    if run.held_out is not None:
-        transfer = stats.transfer(gate.delta, run.held_out[0] - run.held_out[1])
+    transfer = compute.transfer_of(run, run.nominee, gate.delta, hval)
     return Decomposed(
         status="decomposed", decomposition=parts.as_json(), transfer=transfer, strata=[]
     )
@@ -533,12 +564,11 @@ def neutralize(
     finally:
         controls.close()
     all_cases = [c for ids in cases.values() for c in ids]
+    hval = control_trials(ctx.ledger, state.controls, "Hval")
     gate = _gate_of(state)
     s_neutral = compute.s_of(got, all_cases)
     s_scaled = Fraction(str(state.scale.s_scaled))
-    items.append(
-        ("Decomposed", _decomposed(run, gate, s_scaled, s_neutral, cases, task), "auditor")
-    )
+    items.append(("Decomposed", _decomposed(run, gate, s_scaled, s_neutral, hval), "auditor"))
     return _append(ctx, state, items, server, controls), diff
 
 

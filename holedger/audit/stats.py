@@ -7,7 +7,9 @@ where the specification allows it, so replay re-derives each one and compares it
 * :func:`scale_factor` derives H0scale's k of B2, :func:`majority_vote` and
   :func:`pass_at_k` are its aggregators;
 * :func:`decompose` is B4 (ΔS = O + T + G and the capped shares);
-* :func:`transfer` is B5's held-out check, :func:`stratify` B6's artifact stratification.
+* :func:`transfer` is B5's held-out check, :func:`select_by_val` and
+  :func:`val_selection` its validation selection, :func:`stratify` B6's artifact
+  stratification.
 
 Choices the specification leaves open are marked "(reading, not stated)" in
 :data:`READINGS`; every audit output names them.
@@ -51,6 +53,10 @@ READINGS: dict[str, str] = {
     "B4.shares": "o = clip(O/dS, 0, 1), t = clip(T/dS, 0, 1 - o), g = 1 - o - t; no "
     "shares when dS = 0",
     "B5.transfer": "held-out gain = E(H+) - E(H0) of the run's RunScored",
+    "B5.val_selection": "the search-selected candidate is the nominee H^; the val-selected "
+    "one has the best val score (mean over its val cases of per-case means; ties: H^, "
+    "else the first committed), scored on every test case K times by a control "
+    "evaluation when it is not H^; held-out gains are against the pinned E(H0)",
     "B6.tags": "a case's tags are the strings under 'tags' (or the string under 'type') "
     "in its input",
     "B6.held_out": "held-out strata pair H^'s per-case test scores (the run's RunScored) "
@@ -344,6 +350,38 @@ def transfer(search_delta: Fraction, held_out_delta: Fraction) -> dict[str, Any]
         "below_search": held_out_delta < search_delta,
         "below_half_search": held_out_delta < search_delta / 2,
         "below_zero": held_out_delta < 0,
+    }
+
+
+def select_by_val(
+    val_means: Mapping[str, Fraction], order: Sequence[str], nominee: str
+) -> str | None:
+    """B5: the candidate with the best val score (ties: the nominee if it is tied, else the
+    one committed first); None when no candidate was evaluated on val."""
+    if not val_means:
+        return None
+    best = max(val_means.values())
+    tied = [c for c in order if val_means.get(c) == best]
+    return nominee if nominee in tied else tied[0]
+
+
+def val_selection(
+    search_selected: str,
+    val_selected: str,
+    held_out_search: Fraction,
+    held_out_val: Fraction,
+    search_delta: Fraction,
+) -> dict[str, Any]:
+    """B5 validation selection for one setting: the held-out gain of the val-selected
+    candidate against the search-selected one's, and against the search gain."""
+    return {
+        "search_selected": search_selected,
+        "val_selected": val_selected,
+        "held_out_search_selected": _q(held_out_search),
+        "held_out_val_selected": _q(held_out_val),
+        "improves": held_out_val > held_out_search,
+        "worsens": held_out_val < held_out_search,
+        "val_below_search_gain": held_out_val < search_delta,
     }
 
 

@@ -336,7 +336,7 @@ def _recompute(
     s_scaled = _scale(ledger, state, hhat_trials, h0_trials, controls, all_cases, gate, report)
     _findings(settings, ledger, state, run, hhat, hhat_trials, h0_trials, report)
     s_neutral = _neutral(ledger, state, run, hhat, controls, all_cases, gate, report)
-    _decomposition(state, run, gate, s_scaled, s_neutral, report)
+    _decomposition(state, run, gate, s_scaled, s_neutral, controls.get("Hval", []), report)
 
 
 def _cases(settings: Settings, run: RunFacts) -> dict[str, CaseFacts]:
@@ -455,6 +455,7 @@ def _decomposition(
     gate: stats.GateResult,
     s_scaled: Fraction | None,
     s_neutral: Fraction | None,
+    hval: list[Trial],
     report: AuditReport,
 ) -> None:
     decomposed = state.decomposed
@@ -470,9 +471,12 @@ def _decomposition(
         )
         return
     parts = stats.decompose(gate.s_candidate, gate.s_base, s_scaled, s_neutral)
-    transfer = None
-    if run.held_out is not None:
-        transfer = stats.transfer(gate.delta, run.held_out[0] - run.held_out[1])
+    assert run.nominee is not None
+    try:
+        transfer = compute.transfer_of(run, run.nominee, gate.delta, hval)
+    except ValueError as exc:
+        report.check("decomposition", [f"the transfer check cannot be recomputed: {exc}"], "")
+        return
     problems = []
     if decomposed.status != "decomposed" or decomposed.decomposition != parts.as_json():
         problems.append("the recorded terms or shares are not the ones the logs give")

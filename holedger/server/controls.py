@@ -43,7 +43,7 @@ from holedger.server.service import RunService
 from holedger.server.taskview import ServerTask
 
 WIDE = 10**12
-ControlHarness = Literal["H0", "H0scale", "Hneutral"]
+ControlHarness = Literal["H0", "H0scale", "Hneutral", "Hval"]
 
 
 def control_label(audit_id: str, run_id: str) -> str:
@@ -76,6 +76,7 @@ class ControlRun:
         run_id: str,
         backend: str | None,
         gateway: Any = "auto",
+        baseline: bool = False,
     ) -> None:
         if not ledger.is_closed(run_id):
             raise UsageError(
@@ -101,7 +102,7 @@ class ControlRun:
             default_backend=backend,
         )
         opened = self.service.open_run(
-            task.ref, optimizer=control_label(audit_id, run_id), backend=backend, baseline=False
+            task.ref, optimizer=control_label(audit_id, run_id), backend=backend, baseline=baseline
         )
         self.run_id = opened.run_id
         self.settings = settings
@@ -133,6 +134,20 @@ class ControlRun:
     def commit_files(self, source: Path, parent: str) -> Any:
         return self.service.commit_candidate(self.run_id, source, parent=parent)
 
+    def score(self, harness: ControlHarness, candidate: str) -> AuditControlEvaluated:
+        """Nominate ``candidate`` in the control run (opened with ``baseline``): the server
+        scores it on every test case K times and closes the control run; its record."""
+        scored = self.service.nominate(self.run_id, candidate)
+        records = list(self.ledger.records(self.run_id))
+        request = next(
+            r.payload
+            for r in records
+            if r.type == "EvaluationRequested" and r.payload["split"] == "test"
+        )
+        return self._statement(
+            harness, scored.candidate, "test", request, records, list(request["case_ids"])
+        )
+
     def evaluate(
         self,
         harness: ControlHarness,
@@ -144,6 +159,18 @@ class ControlRun:
         """Run the request in the control run; the server's record of it."""
         evaluation = self.service.evaluate(self.run_id, candidate, split, case_ids, attempts)
         records = list(self.ledger.records(self.run_id))
+        request = {"request_id": evaluation.request_id, "attempts": attempts}
+        return self._statement(harness, evaluation.candidate, split, request, records, case_ids)
+
+    def _statement(
+        self,
+        harness: ControlHarness,
+        candidate: str,
+        split: Literal["dev", "val", "test"],
+        request: Mapping[str, Any],
+        records: Sequence[Record],
+        case_ids: Sequence[str],
+    ) -> AuditControlEvaluated:
         frontier = MerkleFrontier()
         for rec in records:
             frontier.append(rec.leaf_hash)
@@ -155,27 +182,28 @@ class ControlRun:
                 score=Fraction(str(r.payload["score"])),
             )
             for r in records
-            if r.type == "TrialCompleted" and r.payload["request_id"] == evaluation.request_id
+            if r.type == "TrialCompleted" and r.payload["request_id"] == request["request_id"]
         ]
         return AuditControlEvaluated(
             audit_id=self.audit_id,
             auditor_key_id=self.auditor_key_id,
             harness=harness,
-            candidate=evaluation.candidate,
+            candidate=candidate,
             split=split,
             case_ids=list(case_ids),
-            attempts=attempts,
+            attempts=int(request["attempts"]),
             control_run_id=self.run_id,
             control_size=frontier.size,
             control_root=frontier.root().hex(),
-            request_id=evaluation.request_id,
+            request_id=str(request["request_id"]),
             scores=scores,
             scores_digest=control_scores_digest((s.case_id, s.attempt, s.score) for s in scores),
         )
 
     def close(self) -> None:
         try:
-            self.ledger.close_run(self.run_id, reason="audit-control")
+            if not self.ledger.is_closed(self.run_id):  # (a scoring closed it already)
+                self.ledger.close_run(self.run_id, reason="audit-control")
         finally:
             self.service.close()
 

@@ -49,3 +49,30 @@ def test_transfer_counts_by_hand() -> None:
     assert t["below_search"] == {"count": 3, "audits": ["a", "b", "c"]}
     assert t["below_half_search"] == {"count": 2, "audits": ["b", "c"]}
     assert t["below_zero"] == {"count": 1, "audits": ["c"]}
+
+
+def test_val_selection_counts_by_hand() -> None:
+    def setting(name: str, search: F, val: F, below: bool) -> Setting:
+        v = {
+            "held_out_search_selected": str(search),
+            "held_out_val_selected": str(val),
+            "improves": val > search,
+            "worsens": val < search,
+            "val_below_search_gain": below,
+        }
+        return Setting(name, "r", "t", "decomposed", F(1, 2), (F(1), F(0), F(0)), search, v)
+
+    out = summarize(
+        [
+            setting("a", F(1, 10), F(3, 10), True),
+            setting("b", F(2, 5), F(1, 5), True),
+            setting("c", F(1, 5), F(1, 5), False),
+        ]
+    )["val_selection"]
+    assert out["settings"] == 3
+    # means: search (1/10 + 2/5 + 1/5)/3 = 7/30; val (3/10 + 1/5 + 1/5)/3 = 7/30
+    assert out["mean_held_out_search_selected"] == "7/30"
+    assert out["mean_held_out_val_selected"] == "7/30"
+    assert out["improves"] == {"count": 1, "audits": ["a"]}
+    assert out["worsens"] == {"count": 1, "audits": ["b"]}
+    assert out["still_below_search_gain"] == {"count": 2, "audits": ["a", "b"]}

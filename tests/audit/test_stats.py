@@ -214,3 +214,28 @@ def test_left_out_types_by_hand() -> None:
     [geo] = left_out_types(cand, base, tags, search_tags={"alg"})
     assert geo["s_candidate"] == "0.925" and geo["near_perfect"] is False
     assert left_out_types(cand, base, tags, search_tags={"alg", "geo"}) == []
+
+
+def test_val_selection_by_hand() -> None:
+    from holedger.audit.stats import select_by_val, val_selection
+
+    order = ["seed", "a", "b", "c"]
+    # b and c tie on the best val score: the first committed (b) unless H^ is tied
+    means = {"seed": F(1, 2), "a": F(3, 4), "b": F(7, 8), "c": F(7, 8)}
+    assert select_by_val(means, order, nominee="a") == "b"
+    assert select_by_val(means, order, nominee="c") == "c"
+    assert select_by_val({}, order, nominee="a") is None
+    # held-out gains: search-selected 1/10, val-selected 1/20; search gain 1/5
+    v = val_selection("a", "b", F(1, 10), F(1, 20), F(1, 5))
+    assert v == {
+        "search_selected": "a",
+        "val_selected": "b",
+        "held_out_search_selected": "0.1",
+        "held_out_val_selected": "0.05",
+        "improves": False,
+        "worsens": True,
+        "val_below_search_gain": True,
+    }
+    # the val-selected one better on held-out, and above the search gain
+    v = val_selection("a", "b", F(1, 10), F(1, 4), F(1, 5))
+    assert (v["improves"], v["worsens"], v["val_below_search_gain"]) == (True, False, False)

@@ -9,7 +9,8 @@ EvaluationRequested and no DisclosureProjected. This check holds them to that fo
 * signed by the server, and only after RunClosed (one before it sits in the part of the
   log the optimizer's projections came from: it could have been shown);
 * not a request of this run (a request of the run was projected to the optimizer);
-* H0 and H0scale evaluate the run's seed commit;
+* H0 and H0scale evaluate the run's seed commit; Hval (B5's val-selected candidate) is a
+  candidate of the run, and is the only harness scored on the test split;
 * its scores are one per case and attempt, exactly, and hash to ``scores_digest``.
 """
 
@@ -20,7 +21,13 @@ from typing import Any
 from holedger.ledger.records import Record
 from holedger.protocol.runs import control_scores_digest
 from holedger.replay.report import ReportBuilder, counted
-from holedger.schemas.events import AuditControlEvaluated, EvaluationRequested, Model, RunClosed
+from holedger.schemas.events import (
+    AuditControlEvaluated,
+    CandidateCommitted,
+    EvaluationRequested,
+    Model,
+    RunClosed,
+)
 
 CHECK = "audit_controls"
 ETYPE = "AuditControlEvaluated"
@@ -33,6 +40,7 @@ class AuditControlsFold:
         self.seed = str(ctx.opened.terms.seed_commit)
         self.closed = False
         self.requests: set[str] = set()
+        self.committed: set[str] = set()
         self.failures: list[tuple[int, str]] = []
         self.audits: dict[str, int] = {}
         self.trials = 0
@@ -40,6 +48,8 @@ class AuditControlsFold:
     def apply(self, rec: Record, payload: Model) -> None:
         if isinstance(payload, EvaluationRequested):
             self.requests.add(payload.request_id)
+        elif isinstance(payload, CandidateCommitted):
+            self.committed.add(payload.candidate)
         elif isinstance(payload, RunClosed):
             self.closed = True
         elif isinstance(payload, AuditControlEvaluated):
@@ -61,6 +71,10 @@ class AuditControlsFold:
             problems.append(
                 f"{what} is a request of this run: its projection was shown to the optimizer"
             )
+        if (control.split == "test") != (control.harness == "Hval"):
+            problems.append(f"{what}: only Hval (B5) is scored on the test split, and on it")
+        if control.harness == "Hval" and control.candidate not in self.committed:
+            problems.append(f"{what}: Hval {control.candidate[:12]} is not a candidate of the run")
         if control.harness in ("H0", "H0scale") and control.candidate != self.seed:
             problems.append(
                 f"{what} evaluates {control.candidate[:12]} as {control.harness}, "
