@@ -238,22 +238,50 @@ def show_cmd(ctx: click.Context, audit: str, as_json: bool) -> None:
 
 
 @audit_group.command("verify")
-@click.argument("audit")
+@click.argument("audit", required=False)
 @click.option(
     "--trusted-key",
     "trusted",
     multiple=True,
     help="A verifier key (name+id+key) or keyring file; pins the run's and the auditor's keys.",
 )
+@click.option(
+    "--bundle",
+    "bundle",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Verify every audit of an audits bundle ('audit export') from the file alone.",
+)
 @json_option
 @click.pass_context
-def verify_cmd(ctx: click.Context, audit: str, trusted: tuple[str, ...], as_json: bool) -> None:
-    """Verify AUDIT: its log, its binding, and every number recomputed from the logs.
-    Exit 0 verified, 1 verification failed."""
+def verify_cmd(
+    ctx: click.Context,
+    audit: str | None,
+    trusted: tuple[str, ...],
+    bundle: Path | None,
+    as_json: bool,
+) -> None:
+    """Verify AUDIT: its log, its binding, and every number recomputed from the logs; or,
+    with --bundle FILE, every audit in the file. Exit 0 verified, 1 verification failed."""
     from holedger.audit.verify import verify_audit
     from holedger.ledger.keys import load_trusted_keys
 
     keys = load_trusted_keys(list(trusted))
+    if (audit is None) == (bundle is None):
+        raise UsageError(
+            "give an AUDIT of this home, or --bundle FILE", hint="see 'holedger audit list'"
+        )
+    if bundle is not None:
+        from holedger.audit.bundle import verify_bundle_audits
+
+        reports = verify_bundle_audits(bundle, keys)
+        if as_json:
+            emit_json({"audits": [r.as_json() for r in reports]})
+        else:
+            for one in reports:
+                print_report(one)
+        sys.exit(0 if all(r.verified for r in reports) else 1)
+    assert audit is not None
     with _context(ctx, None) as actx:
         report = verify_audit(actx.settings, actx.ledger, actx.log, audit, trusted_keys=keys)
     if as_json:
@@ -261,6 +289,34 @@ def verify_cmd(ctx: click.Context, audit: str, trusted: tuple[str, ...], as_json
     else:
         print_report(report)
     sys.exit(0 if report.verified else 1)
+
+
+@audit_group.command("export")
+@click.argument("run")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The audits bundle to write.",
+)
+@json_option
+@click.pass_context
+def export_cmd(ctx: click.Context, run: str, output: Path, as_json: bool) -> None:
+    """Write RUN's audits, with the records and blobs verifying them needs, to one file
+    ('audit verify --bundle FILE' verifies it without this ledger)."""
+    from holedger.audit.bundle import export_audits
+
+    with _context(ctx, None) as actx:
+        summary = export_audits(actx.ledger, run, output)
+    if as_json:
+        emit_json(summary)
+    else:
+        click.echo(
+            f"wrote {output}: {len(summary['audits'])} audits of run {summary['run_id']}, "
+            f"{len(summary['runs'])} runs, {summary['blobs']} blobs"
+        )
 
 
 def replay_audit(ctx: click.Context, ledger: Any, ref: str, keys: list[Any], as_json: bool) -> None:

@@ -8,15 +8,25 @@ same way, so every number replay recomputes comes from here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 from holedger.audit.detectors import TrialFacts
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.records import Record
 from holedger.protocol.runs import control_scores_digest
+
+
+class RunStore(Protocol):
+    """Where an audit reads runs and blobs: the ledger, or an audits bundle."""
+
+    def has_run(self, run_id: str) -> bool: ...
+
+    def records(self, run_id: str, after_seq: int = -1) -> Iterator[Record]: ...
+
+    def get_blob(self, digest: str) -> bytes: ...
 
 
 @dataclass(frozen=True)

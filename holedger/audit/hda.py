@@ -30,7 +30,15 @@ from holedger.audit.events import (
     NeutralCommitted,
     ScaleDerived,
 )
-from holedger.audit.facts import RunFacts, Trial, answer_of, read_run, response_text, trial_facts
+from holedger.audit.facts import (
+    RunFacts,
+    RunStore,
+    Trial,
+    answer_of,
+    read_run,
+    response_text,
+    trial_facts,
+)
 from holedger.audit.log import AuditLog, AuditRecord
 from holedger.config import Settings
 from holedger.errors import NotFoundError, UsageError
@@ -199,7 +207,7 @@ def case_tags(task_ref: str) -> dict[str, list[str]]:
 
 
 def held_out(
-    ledger: Ledger, run: RunFacts, cases: dict[str, detectors.CaseFacts]
+    ledger: RunStore, run: RunFacts, cases: dict[str, detectors.CaseFacts]
 ) -> dict[str, list[dict[str, Any]]]:
     """B6 on the held-out split (the run's and its seed-baseline run's RunScored) and the
     types the task's search splits leave out."""
@@ -246,7 +254,7 @@ def unified_diff(repo: CandidateRepo, base: str, candidate: str) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def answers_for(ledger: Ledger, trials: Sequence[Trial]) -> dict[str, Any]:
+def answers_for(ledger: RunStore, trials: Sequence[Trial]) -> dict[str, Any]:
     return {
         t.trial_id: answer_of(ledger.get_blob(t.answer_digest) if t.answer_digest else None)
         for t in trials
@@ -435,7 +443,7 @@ def _detect(
 
 
 def detect_from(
-    ledger: Ledger,
+    ledger: RunStore,
     cases: dict[str, detectors.CaseFacts],
     added: list[detectors.AddedLine],
     hhat_trials: list[Trial],

@@ -29,7 +29,7 @@ from typing import Any
 
 from holedger.audit import compute, stats
 from holedger.audit.detectors import CaseFacts
-from holedger.audit.facts import RunFacts, Trial, read_run, scores_digest
+from holedger.audit.facts import RunFacts, RunStore, Trial, read_run, scores_digest
 from holedger.audit.hda import (
     AuditState,
     added_lines,
@@ -103,7 +103,7 @@ def _readings() -> dict[str, str]:
 
 def verify_audit(
     settings: Settings,
-    ledger: Ledger,
+    ledger: RunStore,
     log: AuditLog,
     audit_ref: str,
     *,
@@ -169,11 +169,14 @@ def _closed_at(run: RunFacts) -> int | None:
     return run.closed_seq
 
 
-def _replay(ledger: Ledger, run_id: str, trusted: Sequence[PublicKey]) -> list[str]:
+def _replay(ledger: RunStore, run_id: str, trusted: Sequence[PublicKey]) -> list[str]:
     from holedger.replay.runs import replay_run
 
     try:
-        report = replay_run(ledger, run_id, trusted_keys=trusted)
+        if isinstance(ledger, Ledger):
+            report = replay_run(ledger, run_id, trusted_keys=trusted)
+        else:  # an audits bundle replays its runs from their bundled records
+            report = ledger.replay_report(run_id, trusted)  # type: ignore[attr-defined]
     except HoledgerError as exc:
         return [f"run {run_id}: {exc.message}"]
     if report.verified:
@@ -182,7 +185,7 @@ def _replay(ledger: Ledger, run_id: str, trusted: Sequence[PublicKey]) -> list[s
 
 
 def _controls(
-    ledger: Ledger,
+    ledger: RunStore,
     state: AuditState,
     run: RunFacts,
     trusted: Sequence[PublicKey],
@@ -282,7 +285,7 @@ def _undisclosed(state: AuditState, run: RunFacts) -> list[str]:
 
 def _recompute(
     settings: Settings,
-    ledger: Ledger,
+    ledger: RunStore,
     state: AuditState,
     run: RunFacts,
     controls: dict[str, list[Trial]],
@@ -350,7 +353,7 @@ def _cases(settings: Settings, run: RunFacts) -> dict[str, CaseFacts]:
 
 
 def _scale(
-    ledger: Ledger,
+    ledger: RunStore,
     state: AuditState,
     hhat_trials: list[Trial],
     h0_trials: list[Trial],
@@ -385,7 +388,7 @@ def _scale(
 
 def _findings(
     settings: Settings,
-    ledger: Ledger,
+    ledger: RunStore,
     state: AuditState,
     run: RunFacts,
     hhat: str,
@@ -414,7 +417,7 @@ def _findings(
 
 
 def _neutral(
-    ledger: Ledger,
+    ledger: RunStore,
     state: AuditState,
     run: RunFacts,
     hhat: str,

@@ -3,6 +3,7 @@ the command line; then the attacks on it, each failing verification by name."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -410,6 +411,60 @@ def test_an_audit_naming_a_control_before_run_closed_fails_undisclosed(
     report = verify_audit(audited.settings, ledger, AuditLog(ledger.app.engine), copy_of(earlier))
     assert "controls_undisclosed" in report.failed_checks()
     assert "before its RunClosed" in report.checks["controls_undisclosed"][1]
+
+
+def test_an_audits_bundle_verifies_from_the_file_alone(
+    finished: dict[str, Any], audited: AuditedRun, tmp_path: Path
+) -> None:
+    out = tmp_path / "audits.jsonl"
+    exported = run_cli(audited, "audit", "export", audited.run_id, "-o", str(out), "--json")
+    assert exported.exit_code == 0, exported.output
+    summary = json.loads(exported.output)
+    assert finished["audit_id"] in summary["audits"] and len(summary["runs"]) >= 2
+    result = run_cli(audited, "audit", "verify", "--bundle", str(out), "--json")
+    reports = {r["audit_id"]: r for r in json.loads(result.output)["audits"]}
+    mine = reports[finished["audit_id"]]
+    assert mine["verified"], mine["failures"]
+    checks = {c["name"]: c for c in mine["checks"]}
+    assert checks["run_verified"]["ok"] and checks["controls_signed"]["ok"]
+    assert checks["findings"]["detail"] == "skipped: the task is not at hand"
+
+    lines = out.read_text().splitlines()
+
+    def forged(edit: Any) -> Path:
+        path = tmp_path / f"forged-{len(list(tmp_path.iterdir()))}.jsonl"
+        path.write_text("\n".join(edit(json.loads(line)) for line in lines) + "\n")
+        return path
+
+    def lower_share(entry: dict[str, Any]) -> str:
+        if entry.get("audit") == finished["audit_id"]:
+            raw = base64.b64decode(entry["record"])
+            if b'"type":"Decomposed"' in raw and b'"o":"1"' in raw:
+                entry["record"] = base64.b64encode(raw.replace(b'"o":"1"', b'"o":"0"')).decode()
+        return json.dumps(entry)
+
+    def lower_control(entry: dict[str, Any]) -> str:
+        raw = base64.b64decode(entry.get("record", ""))
+        if entry.get("run") == audited.run_id and b'"type":"AuditControlEvaluated"' in raw:
+            entry["record"] = base64.b64encode(
+                raw.replace(b'"score":"1"', b'"score":"0"', 1)
+            ).decode()
+        return json.dumps(entry)
+
+    def failed_in(path: Path) -> list[str]:
+        result = run_cli(audited, "audit", "verify", "--bundle", str(path), "--json")
+        assert result.exit_code == 1, result.output
+        by_id = {r["audit_id"]: r for r in json.loads(result.output)["audits"]}
+        return list(by_id[finished["audit_id"]]["failed_checks"])
+
+    # a share changed in the bundled audit: its signature no longer holds
+    assert "audit_integrity" in failed_in(forged(lower_share))
+    # a control score changed in the bundled run: the run no longer replays
+    assert "run_verified" in failed_in(forged(lower_control))
+    bad = tmp_path / "not-a-bundle.jsonl"
+    bad.write_text("{}\n")
+    error = run_cli(audited, "audit", "verify", "--bundle", str(bad))
+    assert "is not a valid audits bundle entry" in one_line_error(error)
 
 
 # ------------------------------------------------------------------ bad input
