@@ -536,8 +536,8 @@ class AuditControlEvaluated(Model):
     """The server's record, in the audited run's own stream and only after its RunClosed,
     that it evaluated ``candidate`` for audit ``audit_id`` (signed by ``auditor_key_id``):
     ``attempts`` on ``case_ids`` of ``split`` (the test split only for ``Hval``, the
-    val-selected candidate scored on every held-out case, B5), in request ``request_id`` of control run
-    ``control_run_id`` (whose tree had ``control_size`` events and root
+    val-selected candidate scored on every held-out case, B5), in request ``request_id``
+    of control run ``control_run_id`` (whose tree had ``control_size`` events and root
     ``control_root`` after it). Charged to no optimizer's budget (``budget``) and shown
     to no optimizer (``disclosed_to``): the run's tokens died at its close, before it.
     ``scores`` are the trials' scores; ``scores_digest`` the SHA-256 of their canonical
