@@ -182,6 +182,10 @@ def run_campaign(
     """Run (or resume) every cell of ``grid``; see the module's doc."""
     started = time.monotonic()
     task_ids = check_grid(grid)
+    if executor:  # an unreachable cluster, or one with no trial node: refused before all
+        from holedger.server.executor import make_executor
+
+        make_executor(executor).close()
     chosen = choose_backend(grid.backend, say)
     if not cfg.key_path.exists():
         Ledger.init_home(cfg)

@@ -100,6 +100,12 @@ def report_cmd(ctx: click.Context, run: str, output: Path | None, as_json: bool)
     default=None,
     help="solve-evolve: steps (default: every whole batch of the dev split).",
 )
+@click.option(
+    "--executor",
+    default=None,
+    help="Where trials run: local, or ray://HEAD:PORT, a Ray cluster (default: "
+    "HOLEDGER_EXECUTOR, else local; docs/SCALING.md).",
+)
 @descriptor_options
 @click.pass_context
 def demo_cmd(
@@ -111,6 +117,7 @@ def demo_cmd(
     protocol: str,
     batch: int,
     steps: int | None,
+    executor: str | None,
     opt_model: str | None,
     opt_family: str | None,
     opt_release: str | None,
@@ -158,6 +165,7 @@ def demo_cmd(
         descriptor=descriptor,
         shortcuts=shortcuts,
         task=task or DEMO_TASK,
+        executor=executor,
     )
     if as_json:
         emit_json(summary.to_json())

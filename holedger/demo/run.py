@@ -293,6 +293,7 @@ def run_demo(
     workers: int = 2,
     descriptor: OptimizerDescriptor | None = None,
     shortcuts: bool = False,
+    executor: str | None = None,
 ) -> DemoSummary:
     """Run the whole demo; progress on stderr, the human summary on stdout (not with
     ``as_json``: then the caller prints ``to_json()``). Interrupted (Ctrl-C), it records
@@ -315,7 +316,9 @@ def run_demo(
     runs_before = set(reader.run_ids())
     private = Path(tempfile.mkdtemp(prefix="holedger-demo-"))
     api_sock, gw_sock = private / "api.sock", private / "gateway.sock"
-    server = start_private_server(cfg, ledger, private, workers=workers, backend=chosen.name)
+    server = start_private_server(
+        cfg, ledger, private, workers=workers, backend=chosen.name, executor=executor
+    )
     run_id: str | None = None
     fut_opt: concurrent.futures.Future[SandboxResult] | None = None
     try:

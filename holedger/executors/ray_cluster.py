@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from holedger.errors import HoledgerError, SandboxError, Unavailable, UsageError
+from holedger.executors.faults import TrialLost
 from holedger.executors.node import NodeJob, run_job, tree_cache
 from holedger.executors.relay import TrialFront
 from holedger.executors.trees import pack_tree
@@ -47,15 +48,6 @@ NODES_TTL_S = 2.0
 TREE_REFS = 64  # trees kept in the object store at once (the newest)
 FRONT_HOST_ENV = "HOLEDGER_FRONT_HOST"
 FRONT_PORT_ENV = "HOLEDGER_FRONT_PORT"
-
-
-class TrialLost(SandboxError):
-    """A trial's task never gave a result: its node or worker died, its result was lost,
-    or it took too long. ``node`` is where it was placed (None: it never was)."""
-
-    def __init__(self, message: str, node: str | None) -> None:
-        super().__init__(message)
-        self.node = node
 
 
 def parse_url(url: str) -> tuple[str, int]:

@@ -68,6 +68,9 @@ class TrialPlan:
     limits: Limits
     backend: str
     gateway: GatewayRoute | None = None
+    # Nodes not to run on: where an earlier attempt of this trial was lost (executors
+    # that run trials on other machines; the local executor has one place only).
+    avoid: tuple[str, ...] = ()
 
 
 class Executor(Protocol):
@@ -184,6 +187,8 @@ class LocalExecutor:
 # its module is imported only when the scheme is chosen.
 EXECUTORS: dict[str, str] = {
     "local": "holedger.server.executor:LocalExecutor",
+    # ray://HEAD:PORT, a Ray cluster's head (holedger[ray]; docs/SCALING.md)
+    "ray": "holedger.executors.ray_cluster:RayExecutor",
 }
 
 

@@ -13,12 +13,13 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from holedger.errors import CanonicalError
+from holedger.executors.faults import TrialLost
 from holedger.ledger.store import Ledger
 from holedger.protocol.answers import answer_bytes, parse_answer
 from holedger.protocol.rules import trial_score
@@ -28,6 +29,9 @@ from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
 from holedger.schemas.untrusted import escape_text
 from holedger.server.candidates import CandidateRepo
 from holedger.server.executor import Executor, GatewayRoute, TrialPlan
+
+# The trial id of a lost trial's second attempt: the first's id and this.
+RETRY_SUFFIX = "-retry"
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,31 @@ class TrialRunner:
     timeout_score: str | None = "zero"
 
     def run(self, ref: TrialRef) -> TrialOutcome:
+        """Run the trial. One an executor lost (its node or worker died, its result never
+        came) runs once more, elsewhere, under a new trial id: the lost attempt's model
+        calls stay recorded under its own id. Lost twice, it is recorded as not run."""
+        result, usage = self._attempt(ref, ())
+        if isinstance(result, TrialLost):
+            first = result
+            ref = replace(ref, trial_id=f"{ref.trial_id}{RETRY_SUFFIX}")
+            result, usage = self._attempt(ref, (first.node,) if first.node else ())
+            if isinstance(result, TrialLost):
+                detail = f"not run: {first.message}; once more: {result.message}"
+                return unfinished_trial(
+                    self.backend, self.limits.as_record(), ref, detail, usage.tokens, usage.calls
+                )
+        return self._outcome(ref, result, usage)
+
+    def _attempt(
+        self, ref: TrialRef, avoid: tuple[str, ...]
+    ) -> tuple[SandboxResult | TrialLost, GatewayUsage]:
         stdin = (
             canonical_json(ref.case_input)
             if _canonical_ok(ref.case_input)
             else (json.dumps(ref.case_input).encode())
         )
         tree = self.repo.tree_of(ref.candidate)
+        result: SandboxResult | TrialLost
         with self._access(ref) as access:
             plan = TrialPlan(
                 run_id=ref.run_id,
@@ -121,10 +144,14 @@ class TrialRunner:
                 limits=self.limits,
                 backend=self.backend,
                 gateway=None if access is None else GatewayRoute(access.token, access.socket),
+                avoid=avoid,
             )
-            result = self.executor.submit(plan).result()
+            try:
+                result = self.executor.submit(plan).result()
+            except TrialLost as lost:
+                result = lost
         usage = access.usage if access is not None else GatewayUsage(TokenUsage(), 0)
-        return self._outcome(ref, result, usage)
+        return result, usage
 
     @contextlib.contextmanager
     def _access(self, ref: TrialRef) -> Iterator[TrialAccess | None]:
@@ -162,6 +189,7 @@ class TrialRunner:
             score=score,
             tokens=usage.tokens,
             gateway_calls=usage.calls,
+            node=result.node,
         )
         violations = [
             SafetyViolation(
@@ -192,6 +220,7 @@ def trial_completed(
     output_digest: str | None = None,
     trace_digest: str | None = None,
     score: Fraction = Fraction(0),
+    node: str | None = None,
 ) -> TrialCompleted:
     """The one constructor of a TrialCompleted payload: the trial's identity from its plan,
     and what came of it (by default a trial that gave nothing: score 0)."""
@@ -216,6 +245,7 @@ def trial_completed(
         score=score,
         tokens=tokens,
         gateway_calls=gateway_calls,
+        node=node,
     )
 
 

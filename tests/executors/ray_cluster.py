@@ -39,6 +39,13 @@ def start_cluster(workers: int = 2, slots: int = 2) -> Any:
 
 
 def cluster_fixture() -> Iterator[Any]:
+    """A cluster for a module's tests; skips where no isolating sandbox runs trials."""
+    from holedger.sandboxes import get_backend
+
+    try:
+        get_backend(None)
+    except Exception as exc:
+        pytest.skip(f"no isolating sandbox here: {exc}")
     cluster = start_cluster()
     try:
         yield cluster

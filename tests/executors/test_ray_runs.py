@@ -1,0 +1,128 @@
+"""Whole runs with trials on a real local Ray cluster (a head and two workers): the demo
+on Ray verifies with trials on both nodes, calling the model through the TLS front; a
+worker killed mid-evaluation: its trials run once more on the other node under new ids,
+and the run still verifies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from server.tinytask import MODEL_MAIN, model_task, write_task_folder
+
+from holedger.config import Settings
+from holedger.ledger.store import Ledger
+from holedger.replay.runs import replay_run
+from holedger.server.gateway_link import GatewayLink
+from holedger.server.service import RunService
+
+from .ray_cluster import cluster_fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    yield from cluster_fixture()
+
+
+def _trials(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
+    return [r.payload for r in ledger.records(run_id) if r.type == "TrialCompleted"]
+
+
+def test_the_demo_on_ray_verifies_with_trials_on_two_nodes(cluster: Any, tmp_path: Path) -> None:
+    from holedger.tasks.pinning import pin_task
+
+    task = write_task_folder(tmp_path / "task")
+    (task / "seed" / "harness" / "__main__.py").write_text(MODEL_MAIN.replace("WAIT_S", "0"))
+    pin_task(task)
+    home = tmp_path / "home"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "holedger.cli", "--home", str(home), "demo", "--json"),
+            *("--task", str(task), "--executor", f"ray://{cluster.address}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: g not above the band
+    summary = json.loads(proc.stdout)
+    assert summary["verified"] is True, proc.stderr[-3000:]
+    ledger = Ledger.open(Settings.resolve(home).ledger_url, None, create_tables=False)
+    try:
+        trials = _trials(ledger, summary["run_id"])
+        calls = [r.payload for r in ledger.records(summary["run_id"]) if r.type == "GatewayCall"]
+    finally:
+        ledger.close()
+    nodes = Counter(t["node"] for t in trials)
+    assert None not in nodes and len(nodes) == 2, nodes
+    # every trial reached the model through the front, and its tokens add up (replay
+    # checked it too)
+    assert all(t["gateway_calls"] >= 1 for t in trials)
+    assert {c["trial_id"] for c in calls if c["scope"] == "target"} == {
+        t["trial_id"] for t in trials
+    }
+
+
+def test_a_worker_killed_mid_evaluation_its_trials_run_once_more_elsewhere(
+    cluster: Any, tmp_path: Path
+) -> None:
+    from holedger.executors.ray_cluster import RayExecutor
+    from holedger.server.lifecycle import abort_run
+
+    home = Settings.resolve(tmp_path / "home")
+    Ledger.init_home(home)
+    task = model_task(tmp_path / "task", wait_s=8)
+    ledger = Ledger.from_settings(home)
+    link = GatewayLink(ledger)
+    executor = RayExecutor(f"ray://{cluster.address}")
+    service = RunService(
+        home, ledger, gateway=link, task_loader=lambda r: task, workers=4, executor=executor
+    )
+    try:
+        run_id = service.open_run("model", baseline=False).run_id
+        done: dict[str, Any] = {}
+        evaluation = threading.Thread(
+            target=lambda: done.update(ev=service.evaluate(run_id, "seed", "dev", None, 1))
+        )
+        evaluation.start()
+        deadline = time.monotonic() + 120
+        while sum(executor._inflight.values()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # the running trials have called the model and now wait
+        busy = sorted(n for n, c in executor._inflight.items() if c)
+        victim = busy[0]
+        node = next(n for n in cluster.worker_nodes if n.node_id == victim)
+        cluster.remove_node(node, allow_graceful=False)
+        evaluation.join(300)
+        assert "ev" in done
+        trials = _trials(ledger, run_id)
+        calls = [r.payload for r in ledger.records(run_id) if r.type == "GatewayCall"]
+        retried = [t for t in trials if t["trial_id"].endswith("-retry")]
+        assert retried, "no trial was lost"
+        assert all(t["node"] not in (None, victim) for t in retried)
+        # the lost attempts' model calls stay recorded under their own trial ids
+        lost_ids = {t["trial_id"].removesuffix("-retry") for t in retried}
+        assert lost_ids & {c["trial_id"] for c in calls}
+        assert not lost_ids & {t["trial_id"] for t in trials}
+        # each case once, nothing recorded twice
+        assert Counter(t["case_id"] for t in trials) == Counter(c.id for c in task.cases("dev"))
+        # the run still verifies (closed here without held-out scoring: its tokens,
+        # budget, disclosures and trials are all checked)
+        abort_run(service, run_id, "the test ends here")
+        report = replay_run(ledger, run_id)
+        assert report.verdict == "verified-aborted", report.failed_checks()
+    finally:
+        service.close()
+        executor.close()
+        link.close()
+        ledger.close()
