@@ -12,6 +12,7 @@ import click
 
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, settings, table
+from holedger.replay.commands import OTHER_LOGS
 
 KEY_HELP = "The auditor's private key file (make one with 'holedger audit key new FILE')."
 
@@ -320,9 +321,13 @@ def export_cmd(ctx: click.Context, run: str, output: Path, as_json: bool) -> Non
 
 
 def replay_audit(ctx: click.Context, ledger: Any, ref: str, keys: list[Any], as_json: bool) -> None:
-    """``holedger replay AUDIT``: the audit verified as ``audit verify`` does; exits."""
+    """``holedger replay AUDIT``: the audit verified as ``audit verify`` does; exits. Other
+    references (runs) are left to ``replay``."""
     from holedger.audit.log import AuditLog
     from holedger.audit.verify import verify_audit
+
+    if not _is_audit(ledger, ref):
+        return
 
     report = verify_audit(
         settings(ctx), ledger, AuditLog(ledger.app.engine), ref, trusted_keys=keys
@@ -332,6 +337,17 @@ def replay_audit(ctx: click.Context, ledger: Any, ref: str, keys: list[Any], as_
     else:
         print_report(report)
     sys.exit(0 if report.verified else 1)
+
+
+def _is_audit(ledger: Any, ref: str) -> bool:
+    """Whether ``ref`` names an audit (holedger audit) rather than a run."""
+    from holedger.audit.log import AuditLog
+
+    prefix = ref.strip().lower()
+    if len(prefix) < 4 or any(r.startswith(prefix) for r in ledger.run_ids()):
+        return False
+    audits = AuditLog(ledger.app.engine, create=False).audit_ids()
+    return any(a.startswith(prefix) for a in audits)
 
 
 def print_report(report: Any) -> None:
@@ -550,6 +566,8 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
 
 def register(cli: click.Group) -> None:
     cli.add_command(audit_group)
+    if replay_audit not in OTHER_LOGS:
+        OTHER_LOGS.append(replay_audit)
     analysis = cli.commands.get("analysis")
     if isinstance(analysis, click.Group):
         analysis.add_command(analysis_hda_cmd)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from holedger.audit.html import audits_section
 from holedger.config import Settings
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
@@ -78,6 +79,7 @@ def render_run_report(
             report,
             output or default_report_path(cfg, run_id),
             report_sources(cfg, run_id, report),
+            audits_section(ledger, run_id),
         )
     finally:
         ledger.close()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from holedger.audit.html import audits_section
 from holedger.config import Settings
 from holedger.demo.interrupt import in_daemon_thread, interrupted, opened_meanwhile
 from holedger.errors import SandboxError
@@ -425,6 +426,7 @@ def run_demo(
             report,
             cfg.reports_dir / f"{run_id}.html",
             report_sources(cfg, run_id, report),
+            audits_section(reader, run_id),
         )
     except KeyboardInterrupt:
         if run_id is None:  # cut short while opening its run: the run, if it was recorded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from holedger.errors import UsageError
 
 if TYPE_CHECKING:
     from holedger.ledger.store import Ledger
-from holedger.ledger.keys import load_trusted_keys
+from holedger.ledger.keys import PublicKey, load_trusted_keys
 from holedger.numbers import amount
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
 from holedger.replay.report import ReplayReport, counted, score_text, scores_mean_text
@@ -114,6 +115,13 @@ def print_scores(report: ReplayReport) -> None:
                 )
 
 
+# Other logs than runs that ``holedger replay REF`` verifies when REF names one: a room
+# above replay adds a handler when its commands are registered (the audit room adds
+# audits). Each is called with (context, ledger, REF, trusted keys, --json); one whose kind
+# REF names verifies it and exits, the others return.
+OtherLog = Callable[[click.Context, "Ledger", str, list[PublicKey], bool], None]
+OTHER_LOGS: list[OtherLog] = []
+
 # ``replay`` and ``verify``: keys given here replace the ones the log announces.
 trusted_key_option = click.option(
     "--trusted-key",
@@ -166,10 +174,8 @@ def replay_cmd(
     keys = load_trusted_keys(list(trusted))
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
-        if _is_audit(ledger, run):
-            from holedger.audit.commands import replay_audit
-
-            replay_audit(ctx, ledger, run, keys, as_json)
+        for other in OTHER_LOGS:
+            other(ctx, ledger, run, keys, as_json)
         run_id = ledger.resolve_run(run)
         inputs = CheckInputs(task=task or None, run_repo=cfg.run_repo(run_id), repos=cfg.run_repo)
         with progress_bar("checking events") as progress:
@@ -183,17 +189,6 @@ def replay_cmd(
     else:
         print_report(report)
     sys.exit(0 if report.verified else 1)
-
-
-def _is_audit(ledger: Ledger, ref: str) -> bool:
-    """Whether ``ref`` names an audit (holedger audit) rather than a run."""
-    from holedger.audit.log import AuditLog
-
-    prefix = ref.strip().lower()
-    if len(prefix) < 4 or any(r.startswith(prefix) for r in ledger.run_ids()):
-        return False
-    audits = AuditLog(ledger.app.engine, create=False).audit_ids()
-    return any(a.startswith(prefix) for a in audits)
 
 
 def register(cli: click.Group) -> None:

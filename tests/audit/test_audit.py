@@ -605,12 +605,12 @@ def test_a_gain_that_is_not_significant_is_not_decomposed(
 
 
 def test_the_runs_html_report_has_an_audits_section(
-    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+    finished: dict[str, Any], audited: AuditedRun, tmp_path: Path
 ) -> None:
-    from holedger.replay.html.page import build_report
-    from holedger.replay.runs import replay_run
+    from holedger.demo.report import render_run_report
 
-    page = build_report(ledger, audited.run_id, replay_run(ledger, audited.run_id))
+    rendered = render_run_report(audited.settings, audited.run_id, tmp_path / "run.html")
+    page = rendered.path.read_text(encoding="utf-8")
     section = page[page.index('<section id="audits">') :]
     assert finished["audit_id"] in section and "lookup_table" in section
     assert "<td>5/14</td>" in section and "1 / 0 / 0" in section

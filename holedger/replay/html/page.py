@@ -178,15 +178,14 @@ def build_report(
     report: ReplayReport,
     sources: Sources | None = None,
     page_path: Path | None = None,
+    audits: str = "",
 ) -> str:
-    """The HTML page of ``run_id`` given its replay report."""
+    """The HTML page of ``run_id`` given its replay report (``audits``: the audits
+    section's HTML, made by the audit room, when the run has been audited)."""
     sources = sources or Sources()
     data = collect_run(ledger, run_id)
     pairs = [(c.commit, c.parent) for c in data.candidates]
     diffs = candidate_diffs(sources.repo, pairs, load_edits(sources.edits))
-    from holedger.audit.html import audits_section
-
-    audits = audits_section(ledger, run_id)
     return render_html(data, report, diffs, sources.optimizer_log, page_path, audits)
 
 
@@ -196,9 +195,10 @@ def write_report(
     report: ReplayReport,
     path: Path,
     sources: Sources | None = None,
+    audits: str = "",
 ) -> Path:
     """Render the page and write it to ``path`` (parents created); return the path."""
-    page = build_report(ledger, run_id, report, sources, path)
+    page = build_report(ledger, run_id, report, sources, path, audits)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
