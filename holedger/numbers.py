@@ -66,6 +66,14 @@ def decimal(value: object, places: int = PLACES) -> str:
     return f"{_round(frac, places):.{places}f}"
 
 
+def se_text(se: str | None, k: int) -> str:
+    """A score's error bar for people (A3), to follow the score: `` ± 0.029 (standard error
+    of the 3 round means)``; empty when there is none."""
+    if se is None:
+        return ""
+    return f" ± {decimal(se)} (standard error of the {k} round means)"
+
+
 def _round(frac: Fraction, places: int) -> float:
     # rounded on the exact value, a half to even (as Python's own rounding does): a float
     # neighbour of the value never decides the last digit

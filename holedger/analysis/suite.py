@@ -256,7 +256,8 @@ def bands_json(source: Source) -> dict[str, Any]:
     note = (
         f"b_t from {count} paired re-scorings, beside each task's band parameter"
         if count
-        else "no paired re-scorings in these runs: the band shown is the task's parameter"
+        else "no paired re-scorings in these runs ('holedger rescore RUN --times N' makes "
+        "them): the band shown is the task's parameter"
     )
     return _with_header(
         source,

@@ -40,7 +40,7 @@ from holedger.demo.interrupt import in_daemon_thread, interrupted, opened_meanwh
 from holedger.errors import SandboxError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.numbers import Mean, amount, quantities_for_json
+from holedger.numbers import Mean, amount, quantities_for_json, se_text
 from holedger.output import console, plain
 from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport, score_text
@@ -80,6 +80,9 @@ class DemoSummary:
     failures: list[str] = field(default_factory=list)
     cases: int | None = None  # test cases held-out scoring scored, each K times
     k: int | None = None
+    # The standard errors of the K round means (A3) of E(H+) and of the pinned E(H0).
+    test_score_se: str | None = None
+    seed_score_se: str | None = None
 
     @property
     def above_band(self) -> bool:
@@ -100,7 +103,9 @@ class DemoSummary:
             "run_id": self.run_id,
             "verified": self.verified,
             "test_score": self.test_score,
+            "test_score_se": self.test_score_se,
             "seed_score": self.seed_score,
+            "seed_score_se": self.seed_score_se,
             "g": self.g,
             "resolution_band": self.resolution_band,
             "cases": self.cases,
@@ -506,6 +511,8 @@ def summarize(
         verified=report.verified,
         test_score=frac("e_h_plus"),
         seed_score=frac("e_h0"),
+        test_score_se=scores.get("e_h_plus_se"),
+        seed_score_se=scores.get("e_h0_se"),
         g=frac("g"),
         resolution_band=frac("resolution_band"),
         backend=backend.name,
@@ -540,8 +547,10 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
     for failure in s.failures:
         line(f"[bold red]problem:[/] {plain(failure)}")
     band = "above" if s.above_band else "[bold red]not above[/]"
-    line(f"held-out score E(H+)   {mean(s.test_score)}  (nominated candidate, test split)")
-    line(f"seed baseline  E(H0)   {mean(s.seed_score)}  (pinned for this task)")
+    k = s.k or 0
+    plus, zero = se_text(s.test_score_se, k), se_text(s.seed_score_se, k)
+    line(f"held-out score E(H+)   {mean(s.test_score)}{plus}  (nominated candidate, test split)")
+    line(f"seed baseline  E(H0)   {mean(s.seed_score)}{zero}  (pinned for this task)")
     line(f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}")
     rows = [
         [k, amount(v.get("used")), amount(v.get("limit")), v.get("percent")]

@@ -60,6 +60,7 @@ def ensure_baseline(
             k=scored.k,
             baseline_run_id=run_id,
             per_case_digest=rules.per_case_digest((c.case_id, c.scores) for c in scored.per_case),
+            e_h0_error=rules.round_error(c.scores for c in scored.per_case),
         )
         record = {"task_digest": task.digest, **baseline.model_dump(mode="json")}
         path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from holedger.errors import UsageError
-from holedger.numbers import Mean, amount, exact, quantities_for_json
+from holedger.numbers import Mean, amount, exact, quantities_for_json, se_text
 from holedger.output import emit_json, settings
 from holedger.replay.report import counted, score_text
 from holedger.sandboxes import BACKEND_NAMES
@@ -347,7 +347,9 @@ def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_
                 "cases": cases,
                 "trials": cases * scored.k,
                 "e_h_plus": scored.e_h_plus,
+                "e_h_plus_se": scored.e_h_plus_se,
                 "e_h0": scored.e_h0,
+                "e_h0_se": scored.e_h0_se,
                 "g": scored.g,
                 "per_case": [
                     {"case_id": case_id, "scores": list(scores)}
@@ -358,8 +360,10 @@ def nominate_cmd(ctx: click.Context, run: str, candidate: str, workers: int, as_
         return
     g = score_text(scored.g) if scored.g is not None else "undefined (E(H0) = 1)"
     click.echo(f"nominated {scored.candidate}; run {run_id} closed")
-    click.echo(f"E(H+) {Mean.of(scored.e_h_plus, cases, scored.k).text()} (K = {scored.k})")
-    click.echo(f"E(H0) {Mean.of(scored.e_h0, cases, scored.k).text()} (the pinned seed baseline)")
+    k = scored.k
+    plus, zero = se_text(scored.e_h_plus_se, k), se_text(scored.e_h0_se, k)
+    click.echo(f"E(H+) {Mean.of(scored.e_h_plus, cases, k).text()} (K = {k}){plus}")
+    click.echo(f"E(H0) {Mean.of(scored.e_h0, cases, k).text()} (the pinned seed baseline){zero}")
     click.echo(f"g     {g}")
 
 
@@ -490,6 +494,46 @@ def _raise_interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
+@click.command("rescore")
+@click.argument("run")
+@click.option(
+    "--times",
+    type=int,
+    default=1,
+    show_default=True,
+    help="How many times to score the nominee again (each a run of its own).",
+)
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@_json_opt
+@click.pass_context
+def rescore_cmd(ctx: click.Context, run: str, times: int, workers: int, as_json: bool) -> None:
+    """Score RUN's nominee again on the test split, TIMES times, outside its budget: each
+    re-scoring a signed run of its own bound to RUN (RunOpened.rescore_of) that replay
+    verifies; 'holedger analysis bands' derives the resolution band from the pairs."""
+    from holedger.server.rescore import Rescored, rescore
+
+    def say(done: Rescored) -> None:
+        if not as_json:
+            se = "" if done.e_h_plus_se is None else f" ± {score_text(done.e_h_plus_se)}"
+            click.echo(
+                f"re-scoring {done.index}: run {done.run_id}, E(H+) "
+                f"{score_text(done.e_h_plus)}{se}",
+                err=True,
+            )
+
+    with _service(ctx, workers) as service:
+        if not as_json:
+            click.echo(f"re-scoring the nominee of {run} on the test split, {times} time(s)")
+        out = rescore(service, run, times, progress=say)
+    if as_json:
+        emit_json({"rescorings": [r.as_json() for r in out]})
+        return
+    click.echo(
+        f"{len(out)} re-scoring run(s) closed and scored: {', '.join(r.run_id for r in out)}; "
+        "'holedger analysis bands' pairs them with the run"
+    )
+
+
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
     run_group = cli.commands.get("run")
@@ -505,4 +549,5 @@ def register(cli: click.Group) -> None:
     cli.add_command(candidate_group)
     cli.add_command(eval_cmd)
     cli.add_command(nominate_cmd)
+    cli.add_command(rescore_cmd)
     cli.add_command(serve_cmd)

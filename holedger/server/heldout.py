@@ -37,6 +37,9 @@ class ScoredRun:
     e_h0: Fraction
     g: Fraction | None
     per_case: dict[str, list[Fraction]]
+    # The standard errors of the K round means (A3): E(H+)'s, and the pinned E(H0)'s.
+    e_h_plus_se: str | None = None
+    e_h0_se: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -44,7 +47,9 @@ class ScoredRun:
             "candidate": self.candidate,
             "k": self.k,
             "e_h_plus": rational_to_str(self.e_h_plus),
+            "e_h_plus_se": self.e_h_plus_se,
             "e_h0": rational_to_str(self.e_h0),
+            "e_h0_se": self.e_h0_se,
             "g": None if self.g is None else rational_to_str(self.g),
             "per_case": {c: [rational_to_str(s) for s in v] for c, v in self.per_case.items()},
         }
@@ -145,6 +150,9 @@ def _nominate(core: ServerCore, run_id: str, candidate: str) -> ScoredRun:
         e_h_plus=e_plus,
         e_h0=e0,
         g=gain,
+        # A3's error bars: E(H+)'s from these trials, E(H0)'s as pinned (when it is).
+        e_h_plus_error=rules.round_error(per_case.values()),
+        e_h0_error=None if opened.seed_baseline is None else opened.seed_baseline.e_h0_error,
     )
     core.append(run_id, [*trial_items(outcomes), ("RunScored", scored, "server")])
     return close_scored(core, run_id, scored)
@@ -154,7 +162,15 @@ def close_scored(core: ServerCore, run_id: str, scored: RunScored) -> ScoredRun:
     """Close a scored run (RunClosed "completed" with the score's summary)."""
     per_case = {c.case_id: list(c.scores) for c in scored.per_case}
     result = ScoredRun(
-        run_id, scored.candidate, scored.k, scored.e_h_plus, scored.e_h0, scored.g, per_case
+        run_id,
+        scored.candidate,
+        scored.k,
+        scored.e_h_plus,
+        scored.e_h0,
+        scored.g,
+        per_case,
+        e_h_plus_se=None if scored.e_h_plus_error is None else scored.e_h_plus_error.se,
+        e_h0_se=None if scored.e_h0_error is None else scored.e_h0_error.se,
     )
     summary = {k: v for k, v in result.as_json().items() if k != "per_case"}
     for _ in range(MAX_DECIDE_ATTEMPTS):

@@ -36,6 +36,7 @@ from holedger.schemas.events import (
     CandidateCommitted,
     EvolveTerms,
     OptimizerDescriptor,
+    RescoreOf,
     RunClosed,
     SeedBaseline,
 )
@@ -70,6 +71,7 @@ def open_run(
     baseline: bool = True,
     descriptor: OptimizerDescriptor | None = None,
     solve_evolve: EvolveTerms | None = None,
+    rescore_of: RescoreOf | None = None,
 ) -> OpenedRun:
     """RunOpened pinning the task and its seed baseline; the seed as candidate 0.
     ``solve_evolve``: a solve-evolve run's terms (server/evolve.py opens those)."""
@@ -109,6 +111,7 @@ def open_run(
         run_id=run_id,
         descriptor=descriptor,
         solve_evolve=solve_evolve,
+        rescore_of=rescore_of,
     )
     committed = CandidateCommitted(
         candidate=seed.commit,

@@ -9,13 +9,18 @@ accepted requests still without trials, from the server's own fold of its events
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
+from holedger.numbers import decimal, se_text
 from holedger.output import console, emit_json, settings, table
 from holedger.replay.report import counted
+
+if TYPE_CHECKING:
+    from holedger.server.state import RunState
 
 
 @click.command("show")
@@ -65,6 +70,8 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
             role: {**k.model_dump(), "vkey": _declared_vkey(k.name, k.public_key, k.key_id)}
             for role, k in opened.keys.items()
         },
+        "rescore_of": None if opened.rescore_of is None else opened.rescore_of.model_dump(),
+        "scored": _scored_json(state),
     }
     if as_json:
         emit_json(data)
@@ -82,12 +89,44 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         rows = [[_shown(cell) for cell in row] for row in rows]
         columns = ["component", "limit", "used", "remaining"]
         console().print(table("budget", columns, rows, whole=tuple(columns)))
+    scored = _scored_json(state)
+    if scored is not None:
+        _print_scored(scored)
+    if opened.rescore_of is not None:
+        of = opened.rescore_of
+        click.echo(
+            f"re-scoring {of.index} of run {of.run_id}: its nominee {of.candidate[:12]} "
+            f"(tree {of.tree[:12]}) on the test split"
+        )
     if unprojected:
         click.echo(
             f"{counted(len(unprojected), 'accepted request')} without trials or projection "
             f"yet: {', '.join(unprojected)} (still being evaluated, or left by a server that "
             f"stopped: 'holedger run recover {run_id}' records them)"
         )
+
+
+def _scored_json(state: RunState | None) -> dict[str, Any] | None:
+    """The run's held-out score with its error bars (A3), when it has one."""
+    scored = None if state is None else state.scored
+    if scored is None:
+        return None
+    return {
+        "candidate": scored.candidate,
+        "k": scored.k,
+        "e_h_plus": scored.e_h_plus,
+        "e_h_plus_se": None if scored.e_h_plus_error is None else scored.e_h_plus_error.se,
+        "e_h0": scored.e_h0,
+        "e_h0_se": None if scored.e_h0_error is None else scored.e_h0_error.se,
+        "g": scored.g,
+    }
+
+
+def _print_scored(scored: dict[str, Any]) -> None:
+    k = scored["k"]
+    click.echo(f"E(H+) {decimal(scored['e_h_plus'])}{se_text(scored['e_h_plus_se'], k)}")
+    click.echo(f"E(H0) {decimal(scored['e_h0'])}{se_text(scored['e_h0_se'], k)} (pinned)")
+    click.echo(f"g     {decimal(scored['g'])}")
 
 
 def _shown(value: object) -> str:

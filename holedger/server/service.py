@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.schemas.events import OptimizerDescriptor, SeedBaseline
+from holedger.schemas.events import OptimizerDescriptor, RescoreOf, SeedBaseline
 from holedger.server import baseline, evaluation, heldout, lifecycle, reading, recovery
 from holedger.server.candidates import DEFAULT_LIMITS, CandidateRepo, FileMap, TreeLimits
 from holedger.server.commits import CommittedCandidate, commit_candidate
@@ -181,6 +181,7 @@ class RunService:
         backend: str | None = None,
         baseline: bool = True,
         descriptor: OptimizerDescriptor | None = None,
+        rescore_of: RescoreOf | None = None,
     ) -> OpenedRun:
         """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
         return lifecycle.open_run(
@@ -190,6 +191,7 @@ class RunService:
             backend=backend,
             baseline=baseline,
             descriptor=descriptor,
+            rescore_of=rescore_of,
         )
 
     def commit_candidate(
