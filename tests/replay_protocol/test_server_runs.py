@@ -284,9 +284,12 @@ def test_a_key_holder_who_changes_a_held_out_score_is_caught_by_rescoring(
                     ],
                     "e_h_plus": rational_to_str(e_plus),
                     "g": None if gain is None else rational_to_str(gain),
+                    # its error bar too: the forger recomputes everything RunScored holds
+                    "e_h_plus_error": error.model_dump(mode="json") if error else None,
                 }
             return payload
 
+        error = rules.round_error(per_case.values())
         forged = resign_run(rows, key, edit=raise_it)
         inputs = CheckInputs(task_data=_task_data(task), run_repo=settings.run_repo(info["run_id"]))
         report = verify_records(
@@ -412,6 +415,51 @@ def test_a_key_holder_who_pins_another_e_h0_is_caught_by_the_baseline_check(
     )
 
 
+def test_a_key_holder_who_pins_a_smaller_e_h0_error_bar_is_caught_by_the_baseline_check(
+    server_run: tuple[Settings, ServerTask, dict[str, Any]],
+) -> None:
+    """The pin's E(H0) error bar (and RunScored's copy of it) re-signed smaller: the scores
+    check holds (RunScored repeats the pin), the baseline run, replayed, shows it is not the
+    standard error of its round means."""
+    from ledger.attacker import resign_run
+
+    from holedger.ledger.keys import SigningKey
+    from holedger.replay.runs import LedgerBaselines, LedgerBlobs, verify_records
+
+    settings, task, info = server_run
+    key = SigningKey.load(settings.key_path)
+    inputs = CheckInputs(task_data=_task_data(task))
+    forged_error = {"round_means": ["0", "0"], "se": "0.000000001"}
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        rows = _records(ledger, info["run_id"])
+
+        def shrink(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+            if event_type == "RunOpened":
+                assert payload["seed_baseline"]["e_h0_error"]["se"] == "0.000000000"
+                base = {**payload["seed_baseline"], "e_h0_error": forged_error}
+                return {**payload, "seed_baseline": base}
+            if event_type == "RunScored":
+                return {**payload, "e_h0_error": forged_error}
+            return payload
+
+        report = verify_records(
+            info["run_id"],
+            resign_run(rows, key, edit=shrink),
+            LedgerBlobs(ledger),
+            trusted_keys=[key.public],
+            inputs=replace(inputs, baselines=LedgerBaselines(ledger, [key.public], inputs)),
+        )
+    finally:
+        ledger.close()
+    assert report.failed_checks() == ["baseline"], report.failures
+    [failure] = report.failures
+    assert failure.reason == (
+        "the pinned E(H0) error bar (se 0.000000001) is not that of baseline run "
+        f"{info['baseline_run_id']}'s round means (se 0.000000000)"
+    )
+
+
 ABSENT = "00000000-0000-4000-8000-000000000000"
 
 
@@ -446,6 +494,8 @@ def test_pins_only_a_rewritten_log_can_hold_fail_and_an_unnamed_one_warns(
             def pin(event_type: str, payload: dict[str, Any], to: Any = target) -> dict[str, Any]:
                 if event_type == "RunOpened" and to == "-":
                     return {k: v for k, v in payload.items() if k != "seed_baseline"}
+                if event_type == "RunScored" and to == "-":  # nor its pinned error bar
+                    return {k: v for k, v in payload.items() if k != "e_h0_error"}
                 if event_type == "RunOpened":
                     base = {**payload["seed_baseline"], "baseline_run_id": to}
                     return {**payload, "seed_baseline": base}
