@@ -216,6 +216,13 @@ def gains_cmd(
     "as a pass rate in [0, 1]). Nothing read from it is verified.",
 )
 @click.option(
+    "--in-situ",
+    "in_situ",
+    is_flag=True,
+    help="Build the grids from solve-evolve runs of the home's ledger (in-situ pass rates, "
+    "Base from each stream's NONE run) instead of the held-out scores of search runs.",
+)
+@click.option(
     "--anchor-agent",
     "anchor_agents",
     multiple=True,
@@ -236,6 +243,7 @@ def capabilities_cmd(
     trusted: tuple[str, ...],
     bundles: tuple[str, ...],
     table_path: str | None,
+    in_situ: bool,
     anchor_agents: tuple[str, ...],
     anchor_evolvers: tuple[str, ...],
     as_json: bool,
@@ -244,13 +252,47 @@ def capabilities_cmd(
     harness-benefit (per agent: the max gain over the anchor evolvers), with the evolver
     spread, the top evolver's breakdown, within- against between-agent spread, the extreme
     pairing, headroom and regression cells; per task from the held-out scores of search
-    runs (the home's ledger, or --bundle), or from a published grid with --table."""
+    runs (the home's ledger, or --bundle), from the in-situ pass rates of solve-evolve runs
+    with --in-situ, or from a published grid with --table; one source per call, never
+    mixed in a grid, and the output names it."""
     from holedger.analysis.updating import across_benchmarks, analyse, given_anchors
     from holedger.analysis.updating_io import grids_from_gains, grids_from_table
     from holedger.analysis.updating_text import render
 
     doc: dict[str, Any]
-    if table_path is not None:
+    left: list[tuple[str, str]]
+    if in_situ and (table_path is not None or bundles):
+        raise UsageError(
+            "--in-situ reads the solve-evolve runs of the home's ledger, a source of its own",
+            hint="drop --table and --bundle, or drop --in-situ",
+        )
+    if in_situ:
+        from holedger.analysis.insitu import grids_from_ledger
+        from holedger.ledger.keys import load_trusted_keys
+        from holedger.ledger.store import Ledger
+
+        if trusted and not verify:
+            raise UsageError("--trusted-key pins the keys of --verify", hint="add --verify")
+        ledger = Ledger.open(settings(ctx).ledger_url, None, create_tables=False)
+        try:
+            grids, left, used = grids_from_ledger(
+                ledger,
+                task_id=task_id,
+                verify=verify,
+                trusted_keys=load_trusted_keys(list(trusted)),
+            )
+        finally:
+            ledger.close()
+        doc = {
+            "source": "in-situ",
+            "runs": used,
+            "replayed": verify,
+            "excluded": [{"run": r, "why": why} for r, why in left if ":" not in r],
+            "note": "solve-evolve runs "
+            + ("replayed: only those that verify" if verify else "read without replay"),
+        }
+        left = [(r, why) for r, why in left if ":" in r]
+    elif table_path is not None:
         if bundles or verify or trusted:
             raise UsageError(
                 "--table is a source of its own and cannot be verified",
@@ -267,7 +309,7 @@ def capabilities_cmd(
             "verified": None,
             "note": UNVERIFIED,
         }
-        left: list[tuple[str, str]] = []
+        left = []
     else:
         gains, excluded, note, aborted = _collect(ctx, task_id, verify, trusted, bundles)
         grids, left = grids_from_gains(gains)
@@ -292,6 +334,8 @@ def capabilities_cmd(
         "source_detail": (
             "a published table of pass rates"
             if table_path is not None
+            else _in_situ_detail()
+            if in_situ
             else "held-out scores of search runs: J = E(H+), Base = E(H0)"
         ),
         "grids": results,
@@ -302,6 +346,12 @@ def capabilities_cmd(
         emit_json(doc)
         return
     render(doc)
+
+
+def _in_situ_detail() -> str:
+    from holedger.analysis.insitu import SOURCE_DETAIL
+
+    return SOURCE_DETAIL
 
 
 def register(cli: click.Group) -> None:
