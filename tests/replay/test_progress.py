@@ -4,10 +4,6 @@ read, ending at the whole run."""
 
 from __future__ import annotations
 
-import os
-import pty
-import re
-import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from ledger.recorded_run import CHECKPOINT_INTERVAL, record_run
+from terminal import run_on_terminal
 
 from holedger.bundles import verify as bundle_module
 from holedger.bundles.export import export_bundle
@@ -91,31 +88,6 @@ def _holedger(*args: str) -> list[str]:
     return [sys.executable, "-m", "holedger.cli", *args]
 
 
-def _run_with_terminal_stderr(argv: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
-    """Run ``argv`` with stderr on a pseudo-terminal and stdout on a pipe."""
-    leader, follower = pty.openpty()
-    env = dict(os.environ, COLUMNS="100", TERM="xterm")
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=follower, env=env)
-    os.close(follower)
-    err = b""
-    waiter = select.poll()  # not select(): descriptors past 1024 in a long session
-    waiter.register(leader, select.POLLIN)
-    while True:
-        if not waiter.poll(60 * 1000):
-            proc.kill()
-            break
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal's other end closed: the process is done with it
-            break
-        if not chunk:
-            break
-        err += chunk
-    out = proc.stdout.read() if proc.stdout else b""
-    os.close(leader)
-    return proc.wait(timeout=60), out, err
-
-
 COMMANDS = {
     "replay": ["replay", "RUN"],
     "verify": ["verify", "BUNDLE"],
@@ -130,14 +102,13 @@ def test_a_terminal_sees_the_bar_and_stdout_only_the_result(
 ) -> None:
     path, run_id, bundle = home
     args = [{"RUN": run_id, "BUNDLE": str(bundle)}.get(a, a) for a in COMMANDS[command]]
-    code, out, err = _run_with_terminal_stderr(_holedger("--home", str(path), *args), path.parent)
-    assert code == 0, (out, err)
-    shown = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", err)  # the terminal's control codes
-    assert b"checking events" in shown
-    assert b"3/3" in shown  # fed to the end: every event of the run counted
+    ran = run_on_terminal(_holedger("--home", str(path), *args), path.parent, columns=100)
+    assert ran.code == 0, (ran.out, ran.err)
+    assert b"checking events" in ran.err
+    assert b"3/3" in ran.err  # fed to the end: every event of the run counted
     if command in ("replay", "verify"):
-        assert b"VERIFIED (3 events)" in out
-    assert b"checking events" not in out
+        assert b"VERIFIED (3 events)" in ran.out
+    assert b"checking events" not in ran.out
 
 
 @pytest.mark.parametrize("command", ["replay", "verify"])
