@@ -3,30 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
+from pgdb import fresh_database
 
 from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.runs import replay_run
 
 from .helpers import SIM_MODEL, close_env, make_terms, open_env
 
-PG_URL = os.environ.get("HOLEDGER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database, so no other test (or test process) shares its tables."""
+    yield from fresh_database("holedger_gateway")
 
 
 @pytest.mark.postgres
-def test_budget_holds_on_postgresql() -> None:
-    try:
-        env = open_env(PG_URL, make_terms(target_tokens=600))
-    except Exception as exc:  # no server is a skip, not a failure
-        pytest.skip(f"PostgreSQL not reachable: {exc}")
+def test_budget_holds_on_postgresql(pg_url: str) -> None:
+    env = open_env(pg_url, make_terms(target_tokens=600))
     try:
         tokens = [env.trial_token(f"t{i}") for i in range(32)]
 

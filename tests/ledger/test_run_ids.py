@@ -23,6 +23,7 @@ from .recorded_run import open_run, task_terms
         "{" + str(uuid.uuid4()) + "}",
         "not a uuid",
     ],
+    ids=["uuid1", "upper-case", "no-hyphens", "braces", "not-a-uuid"],  # the same in every worker
 )
 def test_opening_a_run_under_another_spelling_is_refused(
     sqlite_ledger: Ledger, run_id: str
