@@ -91,7 +91,14 @@ class AppServer:
             factory = self.server.config.get_loop_factory()
             loop = factory() if factory is not None else asyncio.new_event_loop()
             self._loop = loop
-            loop.run_until_complete(self.server.serve(sockets=self.sockets))
+            try:
+                loop.run_until_complete(self.server.serve(sockets=self.sockets))
+            finally:
+                # the loop's own descriptors (epoll, eventfd, io_uring, its wake-up pipe)
+                # stay open until garbage collection unless it is closed here
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
 
         self._thread = threading.Thread(target=target, name="holedger-asgi", daemon=True)
         self._thread.start()
@@ -137,7 +144,8 @@ class AppServer:
                 if server in self.server.servers:
                     self.server.servers.remove(server)
 
-            self._loop.call_soon_threadsafe(close)
+            with contextlib.suppress(RuntimeError):  # stopped: the loop closed its servers
+                self._loop.call_soon_threadsafe(close)
         if isinstance(self.app, Gateway):
             self.app.unbind(key)
         with contextlib.suppress(FileNotFoundError):

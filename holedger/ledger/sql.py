@@ -152,6 +152,14 @@ class HoledgerSQLAlchemyFactory(SQLAlchemyFactory):
         # failed commit always raises; SQLite's busy timeout serialises writers anyway.
         self.datastore.write_lock = None
 
+    def close(self) -> None:
+        """Close the engine's pooled connections (SQLite files, PostgreSQL sockets) now.
+        eventsourcing-sqlalchemy's factory leaves them open until the engine is garbage
+        collected: a long-running process that opens ledgers would hold ever more."""
+        engine = self.datastore.engine
+        if isinstance(engine, Engine):
+            engine.dispose()
+
 
 @dataclass(frozen=True)
 class PendingEvent:

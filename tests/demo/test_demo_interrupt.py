@@ -12,6 +12,7 @@ process group; the sandboxes are in sessions of their own either way).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -48,7 +49,8 @@ def _verdicts(home: Path, run_ids: list[str]) -> dict[str, str]:
 
 def _events(home: Path) -> int:
     """The events the home's ledger holds, all runs together."""
-    with sqlite3.connect(Settings.resolve(home).home / "ledger.db", timeout=30) as db:
+    path = Settings.resolve(home).home / "ledger.db"
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:  # `with db` only commits
         (count,) = db.execute("SELECT COUNT(*) FROM holedger_events").fetchone()
     return int(count)
 
@@ -115,6 +117,6 @@ def test_ctrl_c_at_ten_points_leaves_every_run_finishable(tmp_path: Path) -> Non
             outcomes.append((delay, code, verdict))
             checked.add(run_id)
     kinds = {verdict for *_, verdict in outcomes}
-    assert "verified-aborted" in kinds  # some interrupts closed a run as aborted
-    assert any(code == 130 for _, code, _ in outcomes)
+    assert "verified-aborted" in kinds, outcomes  # some interrupts closed a run as aborted
+    assert any(code == 130 for _, code, _ in outcomes), outcomes
     print(outcomes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
@@ -86,7 +87,7 @@ def test_tampered_run_page_says_it_failed_and_names_the_event(
 ) -> None:
     cfg, run_id = home
     db = cfg.home / "ledger.db"
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:  # closed, and committed
         table = next(
             name
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
