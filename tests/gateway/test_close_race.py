@@ -1,7 +1,7 @@
 """A run's close ends every token of it, atomically as far as any client can observe.
 
 32 concurrent clients call the gateway over real HTTP with the run's tokens (two
-optimizer tokens and a trial token) while the run is closed; 50 rounds, each on a new run
+optimizer tokens and a trial token) while the run is closed; 16 rounds, each on a new run
 of the same ledger and gateway. Every round: a call sent after the close returned is
 refused 403 ``run_closed`` with ``x-should-retry: false`` and records nothing; every call
 answered before is recorded before RunClosed; no event follows RunClosed; the run
@@ -31,7 +31,7 @@ from .helpers import SIM_MODEL, Env, close_env, digest, make_terms, open_env
 
 HOLEDGER = (sys.executable, "-m", "holedger")
 CLIENTS = 32
-ROUNDS = 50
+ROUNDS = 16
 WARM = 8  # answered calls before the close
 BODY = json.dumps(
     {"model": SIM_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
