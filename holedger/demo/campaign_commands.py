@@ -33,7 +33,7 @@ def campaign_group() -> None:
     "--example",
     is_flag=True,
     help="Run the bundled offline grid: 3 configurations of the example optimizer, in a "
-    "common and a native harness, 2 replicates (12 runs; about 10 minutes on 2 cores).",
+    "common and a native harness, 2 replicates (12 runs; about 15 minutes on 2 idle cores).",
 )
 @click.option(
     "--executor",
@@ -69,7 +69,8 @@ def run_cmd(
     if example:
         say(
             f"campaign {grid.name}: {len(grid.cells)} runs of the example optimizer on the "
-            "bundled task, offline; about 10 minutes on 2 idle cores"
+            "bundled task, offline: about 2,300 trials, about 15 minutes on 2 idle cores "
+            "(each trial starts a Python that imports the openai SDK); longer on a busy machine"
         )
     progress = None
     if err.is_terminal and not as_json:

@@ -142,6 +142,9 @@ def test_campaign_killed_twice_resumes_and_every_run_closes_and_verifies(
         (lambda g: g.replace('model = "beta"', 'model = "alpha"'), "duplicate cell"),
         (lambda g: g.replace("workers = 2", 'executor = "nomad://x"'), "campaign.executor"),
         (lambda g: g.replace("replicates = 2", "replicates = 0"), "campaign.replicates"),
+        # nothing listens on port 1: refused before anything is made ("needs Ray" where
+        # Ray is not installed)
+        (lambda g: g.replace("workers = 2", 'executor = "ray://127.0.0.1:1"'), "Ray"),
     ],
 )
 def test_a_bad_grid_is_one_line_and_records_nothing(

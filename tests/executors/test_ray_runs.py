@@ -126,3 +126,44 @@ def test_a_worker_killed_mid_evaluation_its_trials_run_once_more_elsewhere(
         executor.close()
         link.close()
         ledger.close()
+
+
+def test_a_campaign_on_ray_completes_with_every_trial_on_a_node(
+    cluster: Any, tmp_path: Path
+) -> None:
+    task = write_task_folder(tmp_path / "task")
+    grid = tmp_path / "grid.toml"
+    grid.write_text(
+        f"""[campaign]
+name = "ray-grid"
+tasks = [{str(task)!r}]
+replicates = 2
+concurrency = 2
+[common]
+harness = "example-greedy"
+args = ["--dev-cases", "2", "--val-cases", "5", "--finalists", "1"]
+[[optimizer]]
+model = "alpha"
+"""
+    )
+    home = tmp_path / "home"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "holedger.cli", "--home", str(home), "campaign", "run"),
+            *(str(grid), "--executor", f"ray://{cluster.address}", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["completed"] == 2
+    ledger = Ledger.open(Settings.resolve(home).ledger_url, None, create_tables=False)
+    try:
+        for run in summary["runs"]:
+            trials = _trials(ledger, run["run_id"])
+            assert trials and all(t["node"] for t in trials)
+            assert replay_run(ledger, run["run_id"]).verdict == "verified"
+    finally:
+        ledger.close()
