@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from holedger.errors import HoledgerError
 from holedger.protocol import rules
 from holedger.sandboxes import get_backend
-from holedger.schemas.events import RunScored, SeedBaseline
+from holedger.schemas.events import RunScored, SeedBaseline, TaskTerms
 from holedger.server.core import RunConfig, ServerCore
 from holedger.server.heldout import nominate
 from holedger.server.locks import nomination_lock
@@ -30,24 +31,36 @@ log = logging.getLogger(__name__)
 OpenBaselineRun = Callable[[str, str | None], str]
 
 
-def baseline_path(core: ServerCore, task: ServerTask) -> Path:
-    return core.settings.home / "baselines" / f"{task.digest}.json"
+def baseline_path(core: ServerCore, task: ServerTask, variant: str | None = None) -> Path:
+    name = task.digest if variant is None else f"{task.digest}.{variant}"
+    return core.settings.home / "baselines" / f"{name}.json"
 
 
 def ensure_baseline(
-    core: ServerCore, task_ref: str, open_run: OpenBaselineRun, *, backend: str | None = None
+    core: ServerCore,
+    task_ref: str,
+    open_run: OpenBaselineRun,
+    *,
+    backend: str | None = None,
+    variant: str | None = None,
+    seed_commit: str | None = None,
 ) -> SeedBaseline:
     """The task's pinned E(H0): read from the home and re-checked against its baseline
-    run in the ledger, or computed once by a baseline run of its own (``open_run``)."""
+    run in the ledger, or computed once by a baseline run of its own (``open_run``).
+
+    A seed variant (``variant``, whose tree commits to ``seed_commit``) has a baseline of
+    its own, measured by a baseline run from that variant; one measured from another
+    commit of it (the variant's files changed since) is not used."""
     task = core.task(task_ref)
-    path = baseline_path(core, task)
+    path = baseline_path(core, task, variant)
     path.parent.mkdir(parents=True, exist_ok=True)
+    seed = _Seed(variant, seed_commit)
     with nomination_lock(path.with_suffix(".lock")):
-        known = _read_baseline(core, task, path)
+        known = _read_baseline(core, task, path, seed)
         if known is not None:
             return known
         pending = path.with_suffix(".pending")
-        run_id = _pending_baseline_run(core, task, pending)
+        run_id = _pending_baseline_run(core, task, pending, seed)
         if run_id is None:
             run_id = open_run(task_ref, backend)
             pending.write_text(run_id + "\n")
@@ -68,7 +81,21 @@ def ensure_baseline(
         return baseline
 
 
-def _pending_baseline_run(core: ServerCore, task: ServerTask, pending: Path) -> str | None:
+@dataclass(frozen=True)
+class _Seed:
+    variant: str | None
+    commit: str | None  # None: any (the task's own seed is pinned by its digest)
+
+    def started(self, terms: TaskTerms) -> bool:
+        """Whether a run with ``terms`` started from this seed."""
+        if terms.seed_variant != self.variant:
+            return False
+        return self.commit is None or terms.seed_commit == self.commit
+
+
+def _pending_baseline_run(
+    core: ServerCore, task: ServerTask, pending: Path, seed: _Seed
+) -> str | None:
     """The baseline run of ``task`` a call cut short left (named in ``pending``), when it
     is still of this task and can be finished; else None."""
     if not pending.exists():
@@ -82,6 +109,8 @@ def _pending_baseline_run(core: ServerCore, task: ServerTask, pending: Path) -> 
     except (HoledgerError, ValueError):
         return None
     if opened.task_digest != task.digest or opened.optimizer != rules.BASELINE_OPTIMIZER:
+        return None
+    if not seed.started(opened.terms):
         return None
     try:
         get_backend(config.backend)
@@ -98,7 +127,9 @@ def _pending_baseline_run(core: ServerCore, task: ServerTask, pending: Path) -> 
     return run_id
 
 
-def _read_baseline(core: ServerCore, task: ServerTask, path: Path) -> SeedBaseline | None:
+def _read_baseline(
+    core: ServerCore, task: ServerTask, path: Path, seed: _Seed
+) -> SeedBaseline | None:
     if not path.exists():
         return None
     data = json.loads(path.read_text())
@@ -108,7 +139,7 @@ def _read_baseline(core: ServerCore, task: ServerTask, path: Path) -> SeedBaseli
     if run_id is None or not core.ledger.has_run(run_id):
         return None
     opened = core.ledger.run_terms(run_id)
-    if opened.task_digest != task.digest:
+    if opened.task_digest != task.digest or not seed.started(opened.terms):
         return None
     for rec in core.ledger.records(run_id):
         if rec.type == "RunScored":

@@ -56,6 +56,13 @@ def _json_opt(fn: Any) -> Any:
     default=None,
     help="Sandbox backend of the run's trials (default: the strongest available).",
 )
+@click.option(
+    "--seed-variant",
+    default=None,
+    metavar="NAME",
+    help="Start from the task's seed variant NAME (its folder variants/NAME laid over the "
+    "seed, e.g. anthropic-sdk) instead of its own seed.",
+)
 @descriptor_options
 @evolve_options
 @_json_opt
@@ -71,6 +78,7 @@ def run_open(
     scope: tuple[str, ...],
     step_tokens: int | None,
     stream: Path | None,
+    seed_variant: str | None,
     opt_model: str | None,
     opt_family: str | None,
     opt_release: str | None,
@@ -82,7 +90,8 @@ def run_open(
     """Open a run on TASK: pin the task and its seed baseline, commit the seed.
 
     The first run of a task also computes the task's seed baseline E(H0) (a baseline run
-    of its own). Prints the run id and the optimizer token (shown once). --model and
+    of its own); --seed-variant starts from one of the task's seed variants, which has a
+    baseline of its own. Prints the run id and the optimizer token (shown once). --model and
     --harness (with --family, --release, --harness-scope, --replicate) sign who runs the
     search into RunOpened: cross-run analyses group runs by these fields only.
 
@@ -96,6 +105,11 @@ def run_open(
         opt_model, opt_family, opt_release, opt_harness, opt_scope, opt_replicate
     )
     if protocol == "solve-evolve":
+        if seed_variant is not None:
+            raise UsageError(
+                "--seed-variant is for runs of the search protocol",
+                hint="open the solve-evolve run without it",
+            )
         with _service(ctx) as service:
             open_solve_evolve(
                 service,
@@ -127,12 +141,19 @@ def run_open(
             f"{given[0]} belongs to solve-evolve runs", hint="add --protocol solve-evolve"
         )
     with _service(ctx) as service:
-        opened = service.open_run(task, optimizer=optimizer, backend=backend, descriptor=descriptor)
+        opened = service.open_run(
+            task,
+            optimizer=optimizer,
+            backend=backend,
+            descriptor=descriptor,
+            seed_variant=seed_variant,
+        )
     baseline = opened.seed_baseline
     data = {
         "run_id": opened.run_id,
         "task_id": opened.task_id,
         "seed": opened.seed_commit,
+        "seed_variant": seed_variant,
         "backend": opened.backend,
         "optimizer_token": opened.optimizer_token,
         "descriptor": None if descriptor is None else descriptor.model_dump(mode="json"),
@@ -145,7 +166,7 @@ def run_open(
         return
     click.echo(f"run      {opened.run_id}")
     click.echo(f"task     {opened.task_id}")
-    click.echo(f"seed     {opened.seed_commit}")
+    click.echo(f"seed     {opened.seed_commit}" + (f" ({seed_variant})" if seed_variant else ""))
     if baseline is not None:
         e0 = score_text(baseline.e_h0)
         click.echo(f"E(H0)    {e0} (K={baseline.k}, baseline run {baseline.baseline_run_id})")

@@ -37,6 +37,7 @@ from holedger.server.candidates import DEFAULT_LIMITS, CandidateRepo, TreeLimits
 from holedger.server.dispatch import Item
 from holedger.server.executor import Executor, make_executor
 from holedger.server.progress import ProgressHook
+from holedger.server.seeds import with_run_seed
 from holedger.server.state import RunState, StateCache
 from holedger.server.taskview import CaseData, ServerTask
 from holedger.server.trials import TrialGateway, TrialOutcome, TrialRunner
@@ -169,7 +170,7 @@ class ServerCore:
                 f"(digest {task.digest[:12]} != {opened.task_digest[:12]})",
                 hint="restore the task as it was, or open a new run",
             )
-        return task
+        return with_run_seed(task, opened.terms)
 
     def repo(self, run_id: str) -> CandidateRepo:
         return CandidateRepo(self.settings.run_repo(run_id))

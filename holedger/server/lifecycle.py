@@ -41,11 +41,12 @@ from holedger.schemas.events import (
     SeedBaseline,
 )
 from holedger.server.baseline import ensure_baseline
-from holedger.server.candidates import entrypoint_problem, read_directory
+from holedger.server.candidates import entrypoint_problem
 from holedger.server.core import RunConfig, ServerCore
 from holedger.server.dispatch import Item
 from holedger.server.locks import flock
 from holedger.server.recovery import record_left_requests
+from holedger.server.seeds import RunSeed, run_seed
 from holedger.server.state import RunState
 
 ABORTED = "aborted"
@@ -72,8 +73,10 @@ def open_run(
     descriptor: OptimizerDescriptor | None = None,
     solve_evolve: EvolveTerms | None = None,
     rescore_of: RescoreOf | None = None,
+    seed_variant: str | None = None,
 ) -> OpenedRun:
-    """RunOpened pinning the task and its seed baseline; the seed as candidate 0.
+    """RunOpened pinning the task and its seed baseline; the seed (the task's own, or its
+    seed variant ``seed_variant``, :mod:`holedger.server.seeds`) as candidate 0.
     ``solve_evolve``: a solve-evolve run's terms (server/evolve.py opens those)."""
     if not optimizer or len(optimizer) > 200 or not optimizer.isprintable():
         # Checked before anything is made: the label is recorded as text in RunOpened.
@@ -87,16 +90,16 @@ def open_run(
     # Refuse an unavailable backend before anything is recorded; without one named,
     # the strongest available now is the run's for good (its trials never switch).
     backend = get_backend(backend or core.default_backend).name
-    seed_files = read_directory(task.seed_dir, core.tree_limits)
-
-    seed_baseline = pinned_baseline(core, task_ref, backend) if baseline else None
+    start = run_seed(task, seed_variant, core.tree_limits)
+    seed_files = start.files
+    seed_baseline = pinned_baseline(core, task_ref, backend, start) if baseline else None
     run_id = new_run_id()
     repo = core.repo(run_id)
     seed = repo.commit(seed_files, None)
-    if seed.commit != task.terms.seed_commit:
+    if seed.commit != start.commit:
         raise PolicyError(
             f"the seed folder of task {task.terms.task_id} commits to {seed.commit[:12]}, "
-            f"not the pinned {task.terms.seed_commit[:12]}",
+            f"not the pinned {start.commit[:12]}",
             hint="run 'holedger tasks verify' on the task",
         )
     problem = entrypoint_problem(seed_files, task.terms.entrypoint)
@@ -104,7 +107,7 @@ def open_run(
         raise PolicyError(f"seed harness of {task.terms.task_id}: {problem}")
     RunConfig(task_ref, backend).save(core.settings, run_id)
     core.ledger.open_run(
-        task.terms,
+        start.terms(task.terms),
         task_digest=task.digest,
         optimizer=optimizer,
         seed_baseline=seed_baseline,
@@ -145,17 +148,29 @@ class AbortedRun:
         }
 
 
-def pinned_baseline(core: ServerCore, task_ref: str, backend: str | None) -> SeedBaseline:
-    """The task's seed baseline (:mod:`holedger.server.baseline`), measured by a baseline
-    run opened here when the home has none yet."""
+def pinned_baseline(
+    core: ServerCore, task_ref: str, backend: str | None, seed: RunSeed | None = None
+) -> SeedBaseline:
+    """The seed baseline of the task (or of its seed variant ``seed``,
+    :mod:`holedger.server.baseline`), measured by a baseline run opened here when the home
+    has none yet."""
+    variant = seed.variant if seed is not None else None
 
     def open_baseline_run(ref: str, in_backend: str | None) -> str:
         opened = open_run(
-            core, ref, optimizer=rules.BASELINE_OPTIMIZER, backend=in_backend, baseline=False
+            core,
+            ref,
+            optimizer=rules.BASELINE_OPTIMIZER,
+            backend=in_backend,
+            baseline=False,
+            seed_variant=variant,
         )
         return opened.run_id
 
-    return ensure_baseline(core, task_ref, open_baseline_run, backend=backend)
+    seed_commit = seed.commit if variant is not None and seed is not None else None
+    return ensure_baseline(
+        core, task_ref, open_baseline_run, backend=backend, variant=variant, seed_commit=seed_commit
+    )
 
 
 def check_why(why: str) -> str:

@@ -182,8 +182,10 @@ class RunService:
         baseline: bool = True,
         descriptor: OptimizerDescriptor | None = None,
         rescore_of: RescoreOf | None = None,
+        seed_variant: str | None = None,
     ) -> OpenedRun:
-        """RunOpened pinning the task and its seed baseline; the seed as candidate 0."""
+        """RunOpened pinning the task and its seed baseline; the seed (or the task's seed
+        variant ``seed_variant``) as candidate 0."""
         return lifecycle.open_run(
             self.core,
             task_ref,
@@ -192,6 +194,7 @@ class RunService:
             baseline=baseline,
             descriptor=descriptor,
             rescore_of=rescore_of,
+            seed_variant=seed_variant,
         )
 
     def commit_candidate(

@@ -31,6 +31,7 @@ class ServerTask:
     seed_dir: Path
     cases: Callable[[str], list[CaseData]]
     verify: Callable[[str, Any], Fraction]  # (case id, parsed answer) -> score in [0, 1]
+    root: Path | None = None  # the task's folder (its seed variants are in it)
 
     @property
     def model(self) -> str:
@@ -80,4 +81,5 @@ def from_loaded(loaded: Any, ref: str) -> ServerTask:
         seed_dir=Path(loaded.seed_dir),
         cases=cases,
         verify=verify,
+        root=Path(loaded.root) if getattr(loaded, "root", None) is not None else None,
     )
