@@ -69,7 +69,7 @@ class Reads:
     """What the optimizer's OptimizerRead events say it looked at (A12, A13)."""
 
     by_kind: dict[str, int]  # run, budget, tree, file, blob
-    output_reads: int  # blobs fetched: a trial's answer or trace
+    output_reads: int  # evaluation output read: blobs (a trial's answer or trace), projections
     trace_reads: int  # of those, traces: the most detailed fetch (A13's deep fetch)
     actions: int  # every optimizer action: reads, commits, evaluation requests, nomination
     examined: tuple[tuple[str, str | None], ...]  # (candidate, path; None: its whole tree)
@@ -185,7 +185,7 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
         if not kinds
         else Reads(
             by_kind=kinds,
-            output_reads=blob_roles["answer"] + blob_roles["trace"],
+            output_reads=blob_roles["answer"] + blob_roles["trace"] + kinds.get("projection", 0),
             trace_reads=blob_roles["trace"],
             actions=own_actions + sum(kinds.values()),
             examined=tuple(examined),

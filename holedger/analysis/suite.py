@@ -273,8 +273,9 @@ def bands_json(source: Source) -> dict[str, Any]:
 
 NO_READS = "no read events recorded"
 READING_TRACE = (
-    "A13: trace-reading share = blobs fetched (a trial's answer or trace) / every optimizer "
-    "action (reads, commits, evaluation requests, the nomination); a deep fetch is a "
+    "A13: trace-reading share = reads of evaluation output (a trial's answer or trace "
+    "fetched, a projection read again) / every optimizer action (reads, commits, "
+    "evaluation requests, the nomination); a deep fetch is a "
     "trace blob fetched, the most detailed read the API offers (reading, not stated)"
 )
 

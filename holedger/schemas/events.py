@@ -454,7 +454,7 @@ class RunScored(Model):
     e_h0_error: RoundError | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
-READ_KINDS = ("run", "budget", "tree", "file", "blob")
+READ_KINDS = ("run", "budget", "tree", "file", "blob", "evaluations", "projection")
 
 
 class ReadItem(Model):
@@ -463,11 +463,13 @@ class ReadItem(Model):
     ``kind``: ``run`` (the run's info: dev cases, val ids, the candidates), ``budget``,
     ``tree`` (a candidate's file listing; ``contents`` when the files' text came with it),
     ``file`` (one file of a candidate), ``blob`` (a trial's answer or trace named in a
-    projection; ``role`` says which). ``after_seq`` is the last event of the run state
-    the read was answered from: what it returned was disclosed at or before it.
+    projection; ``role`` says which), ``evaluations`` (the list of the run's projections),
+    ``projection`` (one projection again, by ``request_id``). ``after_seq`` is the last
+    event of the run state the read was answered from: what it returned was disclosed at
+    or before it.
     """
 
-    kind: Literal["run", "budget", "tree", "file", "blob"]
+    kind: Literal["run", "budget", "tree", "file", "blob", "evaluations", "projection"]
     after_seq: Count
     time: str = Field(pattern=TIME_PATTERN)
     candidate: str | None = Field(default=None, exclude_if=lambda v: v is None)
@@ -475,6 +477,7 @@ class ReadItem(Model):
     contents: bool = Field(default=False, exclude_if=lambda v: v is False)
     digest: Sha256Hex | None = Field(default=None, exclude_if=lambda v: v is None)
     role: Literal["answer", "trace"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    request_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class OptimizerRead(Model):

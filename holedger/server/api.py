@@ -19,10 +19,13 @@ recorded as a ``foreign_token`` SafetyViolation in the token's own run.
                                              (application/gzip, application/x-tar); ?parent=ID
     POST /v1/runs/{run}/evaluations          {"candidate", "split", "case_ids", "attempts"}
                                              -> the disclosure projection
+    GET  /v1/runs/{run}/evaluations          the run's projections: request id and digest
+    GET  /v1/runs/{run}/evaluations/{req}    one projection again, as recorded
     GET  /v1/runs/{run}/blobs/{digest}       a blob named in a projection shown to this run
     POST /v1/runs/{run}/nomination           {"candidate"} -> nominated, scored and closed
 
-Every read the server answers (run info, budget, a tree, a file, a blob) is recorded as
+Every read the server answers (run info, budget, a tree, a file, the projections, a blob)
+is recorded as
 a signed OptimizerRead event, in batches written off the request path
 (:mod:`holedger.server.reads`).
 
@@ -234,6 +237,24 @@ def create_api_app(
         )
         return JSONResponse(result.as_json())
 
+    async def list_projections(request: Request, run_id: str) -> Response:
+        def read() -> dict[str, Any]:
+            body = service.projections(run_id)
+            answered(run_id, "evaluations")
+            return body
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    async def get_projection(request: Request, run_id: str) -> Response:
+        request_id = str(request.path_params["request"])
+
+        def read() -> dict[str, Any]:
+            body = service.projection(run_id, request_id)
+            answered(run_id, "projection", request_id=request_id)
+            return body
+
+        return JSONResponse(await run_in_threadpool(read))
+
     async def get_blob(request: Request, run_id: str) -> Response:
         digest = str(request.path_params["digest"])
         if not _DIGEST.match(digest):
@@ -311,6 +332,8 @@ def create_api_app(
             methods=["GET"],
         ),
         Route("/v1/runs/{run}/evaluations", route(post_evaluation), methods=["POST"]),
+        Route("/v1/runs/{run}/evaluations", route(list_projections), methods=["GET"]),
+        Route("/v1/runs/{run}/evaluations/{request}", route(get_projection), methods=["GET"]),
         Route("/v1/runs/{run}/blobs/{digest}", route(get_blob), methods=["GET"]),
         Route("/v1/runs/{run}/nomination", route(post_nomination), methods=["POST"]),
         *evolve_routes(runs, route, lambda request: _json_body(request, MAX_BODY_BYTES), answered),

@@ -51,6 +51,28 @@ def disclosed_blob(core: ServerCore, run_id: str, digest: str) -> bytes:
     return core.ledger.get_blob(digest)
 
 
+def projections(core: ServerCore, run_id: str) -> dict[str, Any]:
+    """The run's projections, in the order they were recorded: request id and digest."""
+    state = core.states.current(run_id)
+    order = sorted(state.projected_at, key=lambda r: state.projected_at[r])
+    return {
+        "run_id": run_id,
+        "evaluations": [
+            {"request_id": r, "projection_digest": state.projections[r]} for r in order
+        ],
+    }
+
+
+def projection(core: ServerCore, run_id: str, request_id: str) -> dict[str, Any]:
+    """One projection the optimizer was shown, as recorded; else NotFound."""
+    seq = core.states.current(run_id).projected_at.get(request_id)
+    if seq is None:
+        raise NotFoundError(f"no projection of request {request_id!r} in run {run_id}")
+    rec = next(core.ledger.records(run_id, after_seq=seq - 1))
+    keep = ("request_id", "split", "policy", "projection", "projection_digest")
+    return {k: rec.payload[k] for k in keep}
+
+
 def candidate_info(core: ServerCore, run_id: str, ref: str) -> CandidateInfo:
     state = core.states.current(run_id)
     commit = state.resolve_candidate(ref)

@@ -251,5 +251,13 @@ class RunService:
         """A blob this run's optimizer was shown (by digest in a projection); else NotFound."""
         return reading.disclosed_blob(self.core, run_id, digest)
 
+    def projections(self, run_id: str) -> dict[str, Any]:
+        """The run's projections: request id and digest, in recorded order."""
+        return reading.projections(self.core, run_id)
+
+    def projection(self, run_id: str, request_id: str) -> dict[str, Any]:
+        """One projection shown to the run's optimizer, as recorded; else NotFound."""
+        return reading.projection(self.core, run_id, request_id)
+
     def candidate_info(self, run_id: str, ref: str) -> CandidateInfo:
         return reading.candidate_info(self.core, run_id, ref)

@@ -53,6 +53,7 @@ class RunState:
     # each with its role: "answer" or "trace" (rules.fetchable_roles), the first one shown.
     disclosed: dict[str, str] = field(default_factory=dict)
     projections: dict[str, str] = field(default_factory=dict)  # request id -> digest
+    projected_at: dict[str, int] = field(default_factory=dict)  # request id -> its seq
     # Accepted dev and val requests not yet projected: in flight, or left by a server that
     # stopped before recording their trials (RunService.recover records those).
     pending: dict[str, EvaluationRequested] = field(default_factory=dict)
@@ -80,6 +81,7 @@ class RunState:
         elif rec.type == "DisclosureProjected":
             proj = DisclosureProjected.model_validate(rec.payload)
             self.projections[proj.request_id] = proj.projection_digest
+            self.projected_at.setdefault(proj.request_id, rec.seq)
             self.pending.pop(proj.request_id, None)
             for digest, role in rules.fetchable_roles(proj.projection).items():
                 self.disclosed.setdefault(digest, role)
@@ -148,6 +150,7 @@ def _snapshot(state: RunState) -> RunState:
         heldout=state.heldout,
         disclosed=dict(state.disclosed),
         projections=dict(state.projections),
+        projected_at=dict(state.projected_at),
         pending=dict(state.pending),
         tokens=dict(state.tokens),
         gateway_calls=dict(state.gateway_calls),

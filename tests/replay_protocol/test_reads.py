@@ -59,14 +59,27 @@ def test_honest_reads_verify_and_are_counted(
         _read("file", at, candidate=CAND, path="harness/__main__.py"),
         _read("blob", at, digest=digest, role="answer"),
     )
-    _reads(writer, _read("blob", at, digest=digest, role="answer"))
+    _reads(
+        writer,
+        _read("blob", at, digest=digest, role="answer"),
+        _read("evaluations", at),
+        _read("projection", at, request_id="req-1"),
+    )
     honest_finish(writer, CAND)
     report = replay(writer.run_id)
     assert report.verified, report.failures
     assert checks(report)["reads_disclosed"]
     section = report.sections["reads"]
-    assert section["batches"] == 2 and section["reads"] == 6
-    assert section["by_kind"] == {"blob": 2, "budget": 1, "file": 1, "run": 1, "tree": 1}
+    assert section["batches"] == 2 and section["reads"] == 8
+    assert section["by_kind"] == {
+        "blob": 2,
+        "budget": 1,
+        "evaluations": 1,
+        "file": 1,
+        "projection": 1,
+        "run": 1,
+        "tree": 1,
+    }
     assert section["blobs_by_role"] == {"answer": 2}
 
 
@@ -122,6 +135,21 @@ def test_a_blob_read_in_the_wrong_role_is_caught(
     honest_finish(writer, CAND)
     (failure,) = _failed_only(replay(writer.run_id), "reads_disclosed")
     assert "recorded as a trace read; its projection disclosed it as an answer" in failure
+
+
+def test_reading_a_projection_not_yet_recorded_is_caught(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    writer, at, _ = _search(ledger)
+    early = _reads(writer, _read("projection", at - 1, request_id="req-1"))
+    never = _reads(writer, _read("projection", at, request_id="req-9"))
+    honest_finish(writer, CAND)
+    assert _failed_only(replay(writer.run_id), "reads_disclosed") == [
+        f"{early}:OptimizerRead:leakage: the optimizer read the projection of request req-1, "
+        f"which was not recorded by seq {at - 1}",
+        f"{never}:OptimizerRead:leakage: the optimizer read the projection of request req-9, "
+        f"which was not recorded by seq {at}",
+    ]
 
 
 def test_reading_an_uncommitted_candidate_or_from_the_future_is_caught(

@@ -82,13 +82,21 @@ def test_reads_are_recorded_in_batches_and_flushed_before_the_close(
         assert http.get(f"/v1/runs/{run}/blobs/{digest}").status_code == 200
         missing = http.get(f"/v1/runs/{run}/blobs/{'0' * 64}")
         assert missing.status_code == 404  # refused: nothing was read, nothing recorded
-        assert recorder.pending(run) == 1
+        listed = http.get(f"/v1/runs/{run}/evaluations").json()["evaluations"]
+        assert [e["request_id"] for e in listed] == [ev["request_id"]]
+        again = http.get(f"/v1/runs/{run}/evaluations/{ev['request_id']}").json()
+        assert again["projection"] == ev["projection"]
+        assert again["projection_digest"] == ev["projection_digest"]
+        assert http.get(f"/v1/runs/{run}/evaluations/nope").status_code == 404
+        assert recorder.pending(run) == 3
         done = http.post(f"/v1/runs/{run}/nomination", json={"candidate": "seed"})
         assert done.status_code == 200, done.text
     records = list(service.ledger.records(run))
     reads = _reads(service, run)
     closed_at = next(r.seq for r in records if r.type == "RunClosed")
-    assert [r.kind for _, r in reads] == ["run", "budget", "tree", "file", "blob"]
+    kinds = ["run", "budget", "tree", "file", "blob", "evaluations", "projection"]
+    assert [r.kind for _, r in reads] == kinds
+    assert reads[6][1].request_id == ev["request_id"]
     assert all(seq < closed_at for seq, _ in reads)
     tree_read, file_read, blob_read = reads[2][1], reads[3][1], reads[4][1]
     assert (tree_read.candidate, tree_read.contents) == (seed, True)
@@ -97,13 +105,7 @@ def test_reads_are_recorded_in_batches_and_flushed_before_the_close(
     projected = next(r.seq for r in records if r.type == "DisclosureProjected")
     assert projected <= blob_read.after_seq < reads[4][0]
     report = assert_replay_verifies(service.ledger, run)
-    assert report.sections["reads"]["by_kind"] == {
-        "blob": 1,
-        "budget": 1,
-        "file": 1,
-        "run": 1,
-        "tree": 1,
-    }
+    assert report.sections["reads"]["by_kind"] == dict.fromkeys(sorted(kinds), 1)
 
 
 def test_a_read_of_a_closed_run_is_dropped_not_appended_after_runclosed(

@@ -13,7 +13,9 @@ event of the run state it was answered from. For every read replay checks
   ``trace_digest``); a blob no projection named (a held-out trial's output, a blob of
   another run) was never the optimizer's to fetch;
 * a tree or file it read is of a candidate committed at or before ``after_seq``, and a
-  file read names its path.
+  file read names its path;
+* a projection it read again was recorded (DisclosureProjected) at or before
+  ``after_seq``.
 
 A log written before reads were recorded has no OptimizerRead: the check passes and says
 that no read events were recorded.
@@ -44,6 +46,7 @@ class ReadsFold:
 
     def __init__(self, ctx: CheckContext) -> None:
         self.committed: dict[str, int] = {}  # candidate -> seq of its CandidateCommitted
+        self.projected: dict[str, int] = {}  # request id -> seq of its DisclosureProjected
         self.disclosed: dict[str, tuple[int, str]] = {}  # digest -> (first seq, role)
         self.kinds: Counter[str] = Counter()
         self.roles: Counter[str] = Counter()
@@ -54,6 +57,7 @@ class ReadsFold:
         if isinstance(payload, CandidateCommitted):
             self.committed.setdefault(payload.candidate, rec.seq)
         elif isinstance(payload, DisclosureProjected):
+            self.projected.setdefault(payload.request_id, rec.seq)
             for digest, role in rules.fetchable_roles(payload.projection).items():
                 self.disclosed.setdefault(digest, (rec.seq, role))
         elif isinstance(payload, OptimizerRead):
@@ -74,6 +78,13 @@ class ReadsFold:
             )
         if item.kind == "blob":
             return self._blob(item)
+        if item.kind == "projection":
+            at = self.projected.get(item.request_id or "")
+            if at is None or at > item.after_seq:
+                return (
+                    f"the optimizer read the projection of request {item.request_id}, which "
+                    f"was not recorded by seq {item.after_seq}"
+                )
         if item.kind in ("tree", "file"):
             if item.candidate is None:
                 return f"a {item.kind} read names no candidate"
