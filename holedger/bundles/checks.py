@@ -10,8 +10,9 @@ from typing import Any
 from holedger.bundles.format import CANDIDATE_REF_PREFIX, RunBundle
 from holedger.errors import VerificationError
 from holedger.ledger.keys import PublicKey
-from holedger.ledger.note import TlogPolicy, verify_checkpoint
+from holedger.ledger.note import verify_checkpoint
 from holedger.ledger.records import Record
+from holedger.ledger.tlog import TlogPolicy
 from holedger.protocol.runs import origin_of
 from holedger.replay.report import counted
 from holedger.schemas.events import CandidateCommitted, Checkpoint, Model, RunOpened

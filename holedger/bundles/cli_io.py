@@ -14,14 +14,9 @@ import click
 from holedger.errors import NotFoundError, UsageError, VerificationError
 from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey, vkey_texts
-from holedger.ledger.note import (
-    TlogPolicy,
-    WitnessGroup,
-    parse_policy,
-    parse_vkey,
-    verify_checkpoint,
-)
+from holedger.ledger.note import parse_vkey, verify_checkpoint
 from holedger.ledger.proofs import MerkleTree
+from holedger.ledger.tlog import TlogPolicy, WitnessGroup, parse_policy
 from holedger.output import settings
 from holedger.protocol.runs import origin_of
 

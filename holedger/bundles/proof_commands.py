@@ -24,16 +24,14 @@ from holedger.errors import UsageError, VerificationError
 from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import PublicKey, SigningKey, load_trusted_keys
 from holedger.ledger.note import (
-    TLOG_PROOF_HEADER,
-    TlogProof,
     cosign_checkpoint,
     cosigner_vkey,
     parse_checkpoint,
     parse_note,
-    parse_tlog_proof,
     verify_checkpoint,
 )
 from holedger.ledger.proofs import verify_consistency, verify_inclusion
+from holedger.ledger.tlog import TLOG_PROOF_HEADER, TlogProof, parse_tlog_proof
 from holedger.output import console, emit_json, plain
 from holedger.protocol.runs import origin_of
 from holedger.replay.report import counted

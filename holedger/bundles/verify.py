@@ -13,7 +13,7 @@ from holedger.bundles.checks import BundleChecks, GitCheck
 from holedger.bundles.format import RunBundle, git_object_id, open_bundle
 from holedger.errors import BundleError, HoledgerError
 from holedger.ledger.keys import PublicKey
-from holedger.ledger.note import TlogPolicy
+from holedger.ledger.tlog import TlogPolicy
 from holedger.replay.checks import CHECKS
 from holedger.replay.checks.baseline import baseline_run, capturing
 from holedger.replay.engine import with_progress

@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from holedger.cli import cli
 from holedger.ledger.attest import attest
 from holedger.ledger.fastpath import parse_record
-from holedger.ledger.note import parse_note, parse_tlog_proof
+from holedger.ledger.note import parse_note
+from holedger.ledger.tlog import parse_tlog_proof
 from holedger.schemas.events import SafetyViolation
 
 from .conftest import SampleRun, sha, terms

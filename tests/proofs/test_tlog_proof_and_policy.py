@@ -10,16 +10,14 @@ import pytest
 from holedger.errors import UsageError, VerificationError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.note import (
-    TlogProof,
     checkpoint_body,
     cosign_checkpoint,
     cosigner_vkey,
-    parse_policy,
-    parse_tlog_proof,
     sign_note,
     verify_checkpoint,
 )
 from holedger.ledger.proofs import MerkleTree, verify_inclusion
+from holedger.ledger.tlog import TlogProof, parse_policy, parse_tlog_proof
 
 H1 = hashlib.sha256(b"hash1").digest()
 H2 = hashlib.sha256(b"hash2").digest()

@@ -240,7 +240,7 @@ def test_child_pid_is_taken_from_the_first_write_when_it_is_bwraps_child() -> No
     import subprocess
     import threading
 
-    from holedger.sandboxes.bwrap import _read_child_pid
+    from holedger.sandboxes.bwrap_trial import _read_child_pid
 
     child = subprocess.Popen(["sleep", "30"])
     try:
