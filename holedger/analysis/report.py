@@ -299,6 +299,41 @@ def _breadth(source: Source) -> str:
     return plot.svg() + legend(tasks) + _notes(data)
 
 
+def _capabilities(source: Source) -> str:
+    """Heat maps of the capability grids (C3-C5): the held-out grids of the source's search
+    runs and, apart, the in-situ grids of solve-evolve runs; one source per map."""
+    from holedger.analysis.heatmap import heatmap
+    from holedger.analysis.updating import analyse
+    from holedger.analysis.updating_io import grids_from_gains
+
+    out = []
+    held_out: list[dict[str, Any]] = []
+    if source.origin != "table":
+        grids, _ = grids_from_gains(source.scored.values())
+        held_out = [analyse(g) for g in grids]
+    for title, results in (
+        ("held-out scores of search runs (J = E(H+), Base = E(H0))", held_out),
+        (
+            "in-situ pass rates of solve-evolve runs (Base from the stream's NONE run)",
+            source.in_situ,
+        ),
+    ):
+        if results is None:
+            continue
+        out.append(f"<h3>{escape(title)}</h3>")
+        if not results:
+            out.append("<p>No grid from this source.</p>")
+        for result in results:
+            out.append(f"<p><b>{escape(str(result['benchmark']))}</b></p>{heatmap(result)}")
+            out.append(_notes(result))
+    out.append(
+        '<p class="reading">cells: J and delta = J - Base in points; green above Base, red '
+        "below (red border: a regression cell), white a tie; * marks the anchors; benefit "
+        "is the max over the anchor evolvers, updating the mean over the anchor agents</p>"
+    )
+    return "".join(out)
+
+
 SECTIONS: list[tuple[str, str, Callable[[Source], str]]] = [
     ("grid", "g per run by model and harness (A6)", _grid),
     ("lss", "LSS-lambda with its tiers (A7)", _lss),
@@ -308,6 +343,7 @@ SECTIONS: list[tuple[str, str, Callable[[Source], str]]] = [
     ("optimism", "Best val against held-out (A16)", _optimism),
     ("frontier", "Optimizer tokens against g (A17)", _frontier),
     ("budget", "Budget use (A14)", _budget),
+    ("capabilities", "Harness-updating against harness-benefit (C3-C5)", _capabilities),
 ]
 
 

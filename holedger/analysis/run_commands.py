@@ -11,7 +11,7 @@ import click
 
 from holedger.analysis.commands import analysis_group
 from holedger.analysis.grid_commands import _f, _grid_sources, grid_analysis, load_source
-from holedger.output import console, emit_json, plain, table
+from holedger.output import console, emit_json, plain, settings, table
 
 WHO = ["run", "task", "model", "harness"]
 
@@ -203,6 +203,8 @@ def report_cmd(ctx: click.Context, /, output: Path, **_: Any) -> None:
     source = load_source(
         ctx, p["task_id"], p["bundles"], p["table_path"], p["bands"], p["verify"], p["trusted"]
     )
+    if source.origin == "ledger":  # solve-evolve runs of the same ledger, their own grids
+        source.in_situ = _in_situ_grids(ctx, p["task_id"], bool(source.verified), p["trusted"])
     sections = render_report(source, output)
     if p["as_json"]:
         emit_json({**source.header_json(), "report": str(output), "sections": sections})
@@ -210,3 +212,22 @@ def report_cmd(ctx: click.Context, /, output: Path, **_: Any) -> None:
     if source.first_line:
         click.echo(source.first_line)
     console().print(plain(f"report written to {output} ({len(sections)} sections)"), soft_wrap=True)
+
+
+def _in_situ_grids(
+    ctx: click.Context, task_id: str | None, verify: bool, trusted: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """The analysed in-situ grids of the home's solve-evolve runs (replayed with verify)."""
+    from holedger.analysis.insitu import grids_from_ledger
+    from holedger.analysis.updating import analyse
+    from holedger.ledger.keys import load_trusted_keys
+    from holedger.ledger.store import Ledger
+
+    ledger = Ledger.open(settings(ctx).ledger_url, None, create_tables=False)
+    try:
+        grids, _, _ = grids_from_ledger(
+            ledger, task_id=task_id, verify=verify, trusted_keys=load_trusted_keys(list(trusted))
+        )
+    finally:
+        ledger.close()
+    return [analyse(g) for g in grids]

@@ -46,6 +46,9 @@ class Source:
     scored: dict[str, RunFacts] = field(default_factory=dict)
     rescorings: list[RunFacts] = field(default_factory=list)
     runs_dir: Path | None = None  # the home's candidate repositories
+    # The analysed in-situ grids of the ledger's solve-evolve runs (analysis/insitu.py), for
+    # the report's capability heat maps; None: not read (a table, bundles).
+    in_situ: list[dict[str, Any]] | None = None
 
     def readers(self) -> dict[str, Any]:
         """run id -> a reader of its candidates' files (runs whose trees are at hand)."""

@@ -11,6 +11,7 @@ import pytest
 
 from holedger.analysis.insitu import grids_from_ledger
 from holedger.analysis.updating import analyse
+from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 
@@ -80,14 +81,8 @@ def test_only_verified_runs_enter_with_verify(ledger: Ledger) -> None:
     assert honest
 
 
-def test_the_command_names_its_source_and_never_mixes_it(tmp_path: Path) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from holedger.cli import cli
-    from holedger.config import Settings
-
+def home_with_a_run(tmp_path: Path) -> Settings:
+    """A home whose ledger holds a NONE run (Base 2/3) and one evolved run (J 5/6)."""
     home = Settings.resolve(tmp_path / "home")
     Ledger.init_home(home)
     led = Ledger.from_settings(home)
@@ -96,6 +91,17 @@ def test_the_command_names_its_source_and_never_mixes_it(tmp_path: Path) -> None
         _run(led, "evolver-a", pinned, {1, 2, 3, 4, 5})
     finally:
         led.close()
+    return home
+
+
+def test_the_command_names_its_source_and_never_mixes_it(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from holedger.cli import cli
+
+    home = home_with_a_run(tmp_path)
     runner = CliRunner()
     args = ["--home", str(home.home), "analysis", "capabilities"]
     done = runner.invoke(cli, [*args, "--in-situ", "--json"])
