@@ -129,6 +129,21 @@ def test_a_body_over_the_size_limit_is_413_in_the_formats_shape(
             },
             "mcp",
         ),
+        # Chat Completions: OpenAI's search models search the web for web_search_options,
+        # an upstream runs a tool of a type other than function or custom, and an
+        # OpenAI-compatible router runs its plugins (OpenRouter's "web" searches the web).
+        ("/v1/chat/completions", {"messages": MESSAGES, "web_search_options": {}}, "web_search"),
+        (
+            "/v1/chat/completions",
+            {"messages": MESSAGES, "tools": [{"type": "web_search_preview"}]},
+            "web_search_preview",
+        ),
+        ("/v1/chat/completions", {"messages": MESSAGES, "plugins": [{"id": "web"}]}, "web_search"),
+        (
+            "/v1/chat/completions",
+            {"messages": MESSAGES, "plugins": [{"id": "file-parser"}]},
+            "file_parser",
+        ),
     ],
 )
 def test_server_side_tools_are_refused_unless_the_terms_allow_them(

@@ -123,6 +123,16 @@ SERVER_TOOLS = [
         "mcp",
     ),
     ("/v1/messages/count_tokens", {**MSG, "tools": [{"type": "web_fetch_20250910"}]}, "web_fetch"),
+    (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 20, "web_search_options": {}},
+        "web_search",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 20, "plugins": [{"id": "web"}]},
+        "web_search",
+    ),
 ]
 
 

@@ -4,6 +4,11 @@ Reservation: prompt bound + ``n`` x (``max_completion_tokens`` or ``max_tokens``
 smaller when both are given; the configured default imposed when neither is). A stream
 is always asked for its usage chunk (``stream_options.include_usage``); the chunk is
 hidden from a client that did not ask for it.
+
+Refused unless the run's terms allow the server tool: what the upstream runs itself,
+reaching outside the run: ``web_search_options`` (OpenAI's search models search the web:
+``web_search``), a tool of any type but ``function`` or ``custom``, and an OpenAI-compatible
+router's ``plugins`` (OpenRouter's ``web`` plugin: ``web_search``; any other by its id).
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from holedger.gateway.formats import base
 from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import CHAT_BOUNDS
 from holedger.schemas.events import TokenUsage
+
+# Tools whose calls the client runs: any other type is run by the upstream.
+CLIENT_TOOLS = frozenset({"function", "custom"})
+# A router's plugins by the server tool that allows them (others: their id, '-' as '_').
+PLUGIN_TOOLS = {"web": "web_search"}
 
 
 def openai_usage(block: Any) -> TokenUsage | None:
@@ -32,6 +42,20 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
     return min(values) if values else None
 
 
+def _tool_kind(tool: dict[str, Any]) -> str | None:
+    kind = tool.get("type")
+    if not isinstance(kind, str):
+        raise invalid("each tool needs a 'type'", "tools")
+    return None if kind in CLIENT_TOOLS else kind
+
+
+def _plugin_kind(plugin: dict[str, Any]) -> str:
+    name = plugin.get("id")
+    if not isinstance(name, str):
+        raise invalid("each plugin needs an 'id'", "plugins")
+    return PLUGIN_TOOLS.get(name, name.replace("-", "_"))
+
+
 class ChatFormat(WireFormat):
     """Chat Completions: the reservation reads ``n`` and both output limits."""
 
@@ -45,6 +69,10 @@ class ChatFormat(WireFormat):
         if not isinstance(messages, list) or not messages:
             raise invalid("'messages' must be a non-empty list", "messages")
         base.within_bounds(body, CHAT_BOUNDS)
+        if body.get("web_search_options") is not None:
+            base.refuse_tools([{}], lambda _: "web_search", tools_allowed)
+        base.refuse_tools(body.get("tools"), _tool_kind, tools_allowed)
+        base.refuse_tools(body.get("plugins"), _plugin_kind, tools_allowed)
 
     def rewrite(self, body: dict[str, Any], model: str, limits: Limits) -> Rewritten:
         out = dict(body)
