@@ -141,6 +141,12 @@ def batch_of(terms: EvolveTerms, step: int) -> list[str]:
 
 
 def in_scope(path: str, scope: Sequence[str]) -> bool:
+    """Whether ``path`` is a file under a scope folder. A path that is not a clean relative
+    one (absolute, or with an empty, ``.`` or ``..`` part: ``harness/../corpus/x``) is in
+    no scope: a tree never holds one, so a log naming one lies about what changed."""
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return False
     return any(path.startswith(normal_scope(folder)) for folder in scope)
 
 
