@@ -192,19 +192,28 @@ def frontier_json(source: Source) -> dict[str, Any]:
 def paired_rescorings(source: Source) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
     """Per task, each re-scoring paired with the run it re-scores, as (that run's id, the
     pair: two full test scorings of one candidate), and the re-scorings left out, each
-    with why: its run is not among those read, or is not of its task digest, nominee,
-    tree or pinned E(H0)."""
+    with why: its run is not among those read, is itself a re-scoring, or is not of its
+    task digest, nominee, tree or pinned E(H0); or another re-scoring claims its index of
+    the same run (then each is left out: none may count twice)."""
     from holedger.analysis.bands import Rescoring
 
     pairs: dict[str, list[Any]] = {}
     left: list[dict[str, Any]] = []
+    claims = Counter(
+        (r.rescore_of.run_id, r.rescore_of.index) for r in source.rescorings if r.rescore_of
+    )
     for r in source.rescorings:
         of = r.rescore_of
         assert of is not None
         base = source.scored.get(of.run_id)
         why = None
-        if base is None:
+        claimed = claims[of.run_id, of.index]
+        if claimed > 1:  # counted once, one of them would weigh twice
+            why = f"{claimed} runs claim to be re-scoring {of.index} of run {of.run_id}"
+        elif base is None:
             why = f"the run it re-scores, {of.run_id}, is not among the runs read"
+        elif base.rescore_of is not None:
+            why = f"run {of.run_id} is itself a re-scoring, not a run with a search"
         elif base.task_digest != r.task_digest:
             why = f"run {of.run_id} is of another task digest"
         elif base.nominee != of.candidate or base.nominee_tree != of.tree:

@@ -97,3 +97,43 @@ def test_the_text_shows_the_derived_band_beside_the_parameter(
     assert result.exit_code == 0, result.output
     assert f"{3 / 32 * math.sqrt(2 / 3):.3f}" in result.output
     assert "b_t from 3 paired re-scorings" in result.output
+
+
+def test_a_repeated_index_or_a_rescoring_of_a_rescoring_is_left_out(tmp_path: Path) -> None:
+    """Two runs both claiming to be re-scoring 1 of run A would count A's nominee twice
+    (the key holder keeping the kinder one too); a re-scoring of a re-scoring pairs two
+    re-scorings as if one were the run. Each is left out with why, and nothing pairs."""
+    root = tmp_path / "home"
+    assert CliRunner().invoke(cli, ["--home", str(root), "init"]).exit_code == 0
+    ledger = Ledger.from_settings(Settings.resolve(root))
+    try:
+        d = OptimizerDescriptor(model="A", harness="oc", harness_scope="common")
+        a = _run(ledger, "b" * 40, T1, descriptor=d)
+        first, again = (
+            _run(
+                ledger,
+                cand,
+                T1,
+                optimizer="rescore",
+                rescore_of=RescoreOf(run_id=a, candidate="b" * 40, tree=T1, index=1),
+            )
+            for cand in ("c" * 40, "d" * 40)
+        )
+        bound = RescoreOf(run_id=first, candidate="c" * 40, tree=T1, index=2)
+        nested = _run(ledger, "f" * 40, T1, optimizer="rescore", rescore_of=bound)
+    finally:
+        ledger.close()
+    result = CliRunner().invoke(cli, ["--home", str(root), "analysis", "bands", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    (task,) = data["tasks"]
+    assert (task["rescorings"], task["band_from_rescorings"]) == (0, None)
+    twice = f"2 runs claim to be re-scoring 1 of run {a}"
+    assert sorted(data["rescorings_left_out"], key=lambda x: x["run"]) == sorted(
+        [
+            {"run": first, "why": twice},
+            {"run": again, "why": twice},
+            {"run": nested, "why": f"run {first} is itself a re-scoring, not a run with a search"},
+        ],
+        key=lambda x: x["run"],
+    )
