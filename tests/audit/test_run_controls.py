@@ -22,9 +22,10 @@ from holedger.schemas.events import AuditControlEvaluated, ControlScore
 from .conftest import AuditedRun, service
 
 AUDIT = "11111111-2222-4333-8444-555555555555"
+CONTROL_RUN = "66666666-7777-4888-9999-aaaaaaaaaaaa"
 
 
-def statement(seed: str, run_id: str, scores: list[tuple[str, int, int]]) -> AuditControlEvaluated:
+def statement(seed: str, scores: list[tuple[str, int, int]]) -> AuditControlEvaluated:
     rows = [
         ControlScore(trial_id=f"t{i}", case_id=c, attempt=a, score=Fraction(s))
         for i, (c, a, s) in enumerate(scores)
@@ -37,7 +38,7 @@ def statement(seed: str, run_id: str, scores: list[tuple[str, int, int]]) -> Aud
         split="dev",
         case_ids=sorted({c for c, _, _ in scores}),
         attempts=max(a for _, a, _ in scores) + 1,
-        control_run_id=run_id,
+        control_run_id=CONTROL_RUN,  # a control run of its own, never the audited run
         control_size=1,
         control_root="0" * 64,
         request_id="control-request",
@@ -61,7 +62,7 @@ def test_the_writer_takes_control_evaluations_only_after_run_closed(
     small_run: tuple[str, str], ledger: Ledger
 ) -> None:
     run_id, seed = small_run
-    made = statement(seed, run_id, [("dev-0", 0, 1), ("dev-1", 0, 0)])
+    made = statement(seed, [("dev-0", 0, 1), ("dev-1", 0, 0)])
     with pytest.raises(UsageError, match="recorded only after RunClosed"):
         ledger.append(run_id, "AuditControlEvaluated", made, "server")
     ledger.close_run(run_id, reason="completed")
@@ -97,7 +98,7 @@ def test_a_control_evaluation_recorded_before_run_closed_fails_audit_controls(
 ) -> None:
     run_id, seed = small_run
     ledger.close_run(run_id)
-    made = statement(seed, run_id, [("dev-0", 0, 1)])
+    made = statement(seed, [("dev-0", 0, 1)])
     ledger.append_many(run_id, [("AuditControlEvaluated", made, "server")])
 
     attacker = Attacker(audited.settings.ledger_url)

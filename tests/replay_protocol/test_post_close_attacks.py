@@ -29,6 +29,7 @@ from .runs import DEV, RunWriter, checks, failures_of, honest_search, terms
 
 SEED = "a" * 40
 CAND = "b" * 40
+AUDIT = "11111111-2222-4333-8444-555555555555"
 
 
 def _run(ledger: Ledger) -> RunWriter:
@@ -82,14 +83,14 @@ def test_a_control_evaluation_that_is_one_of_the_runs_requests_fails_audit_contr
     ledger: Ledger, replay: Callable[..., ReplayReport]
 ) -> None:
     """A post-close control evaluation passing off one of the run's own (projected)
-    requests, or scores on cases the request did not name, as an audit's control."""
+    requests, run in the run itself, as an audit's control."""
     writer = _run(ledger)
     scores = [
         ControlScore(trial_id=f"t{i}", case_id=c.id, attempt=0, score=Fraction(1))
         for i, c in enumerate(DEV[:2])
     ]
     control = AuditControlEvaluated(
-        audit_id="11111111-2222-4333-8444-555555555555",
+        audit_id=AUDIT,
         auditor_key_id="0badc0de",
         harness="H0",
         candidate=SEED,
@@ -106,9 +107,8 @@ def test_a_control_evaluation_that_is_one_of_the_runs_requests_fails_audit_contr
     (rec, _) = ledger.append_many(writer.run_id, [("AuditControlEvaluated", control, "server")])
     report = replay(writer.run_id)
     assert {n for n, ok in checks(report).items() if not ok} == {"audit_controls"}
-    (failure,) = failures_of(report, "audit_controls")
-    assert failure == (
-        f"{rec.seq}:AuditControlEvaluated:control evaluation req-1 of audit "
-        "11111111-2222-4333-8444-555555555555 is a request of this run: its projection was "
-        "shown to the optimizer"
-    )
+    what = f"{rec.seq}:AuditControlEvaluated:control evaluation req-1 of audit {AUDIT}"
+    assert failures_of(report, "audit_controls") == [
+        f"{what} is a request of this run: its projection was shown to the optimizer",
+        f"{what} names this run as its control run: it ran in the run",
+    ]

@@ -8,7 +8,8 @@ EvaluationRequested and no DisclosureProjected. This check holds them to that fo
 
 * signed by the server, and only after RunClosed (one before it sits in the part of the
   log the optimizer's projections came from: it could have been shown);
-* not a request of this run (a request of the run was projected to the optimizer);
+* not a request of this run (a request of the run was projected to the optimizer), nor
+  run in this run (its control run is another run);
 * H0 and H0scale evaluate the run's seed commit; Hval (B5's val-selected candidate) is a
   candidate of the run, and is the only harness scored on the test split;
 * its scores are one per case and attempt, exactly, and hash to ``scores_digest``.
@@ -37,6 +38,7 @@ class AuditControlsFold:
     name = CHECK
 
     def __init__(self, ctx: Any) -> None:
+        self.run_id = ctx.run_id
         self.seed = str(ctx.opened.terms.seed_commit)
         self.closed = False
         self.requests: set[str] = set()
@@ -71,6 +73,8 @@ class AuditControlsFold:
             problems.append(
                 f"{what} is a request of this run: its projection was shown to the optimizer"
             )
+        if control.control_run_id == self.run_id:
+            problems.append(f"{what} names this run as its control run: it ran in the run")
         if (control.split == "test") != (control.harness == "Hval"):
             problems.append(f"{what}: only Hval (B5) is scored on the test split, and on it")
         if control.harness == "Hval" and control.candidate not in self.committed:
