@@ -57,8 +57,9 @@ def _digests(payload: Any) -> Iterator[str]:
             yield from _digests(value)
 
 
-def export_audits(ledger: Ledger, run_ref: str, out: Path) -> dict[str, Any]:
-    """Write the run's audits (every audit bound to it) with what verifying them needs."""
+def audits_bytes(ledger: Ledger, run_ref: str) -> tuple[bytes, dict[str, Any]]:
+    """The run's audits (every audit bound to it) with what verifying them needs, as the
+    bytes of an audits bundle, and a summary."""
     run_id = ledger.resolve_run(run_ref)
     log = AuditLog(ledger.app.engine)
     audits = [a for a in log.audit_ids() if read_audit(log, a).opened.run_id == run_id]
@@ -75,7 +76,9 @@ def export_audits(ledger: Ledger, run_ref: str, out: Path) -> dict[str, Any]:
         for rid in named:
             if rid not in runs and ledger.has_run(rid):
                 runs.append(rid)
-    lines = [{"format": FORMAT, "version": VERSION, "run_id": run_id, "audits": audits}]
+    lines: list[dict[str, Any]] = [
+        {"format": FORMAT, "version": VERSION, "run_id": run_id, "audits": audits}
+    ]
     digests: list[str] = []
     for rid in runs:
         for seq, raw in ledger.raw_records(rid):
@@ -85,12 +88,18 @@ def export_audits(ledger: Ledger, run_ref: str, out: Path) -> dict[str, Any]:
         lines += [{"audit": audit_id, "record": _b64(r.raw)} for r in log.records(audit_id)]
     blobs = sorted({d for d in digests if ledger.has_blob(d)})
     lines += [{"blob": d, "data": _b64(ledger.get_blob(d))} for d in blobs]
+    data = "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) + "\n" for x in lines)
+    summary = {"run_id": run_id, "audits": audits, "runs": runs, "blobs": len(blobs)}
+    return data.encode("utf-8"), summary
+
+
+def export_audits(ledger: Ledger, run_ref: str, out: Path) -> dict[str, Any]:
+    """Write the run's audits bundle to ``out``, whole or not at all."""
+    data, summary = audits_bytes(ledger, run_ref)
     partial = out.with_name(out.name + ".partial")
-    with partial.open("w", encoding="utf-8") as handle:  # whole, or not at all
-        for line in lines:
-            handle.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+    partial.write_bytes(data)
     partial.replace(out)
-    return {"run_id": run_id, "audits": audits, "runs": runs, "blobs": len(blobs), "file": str(out)}
+    return {**summary, "file": str(out)}
 
 
 @dataclass
@@ -128,51 +137,61 @@ class BundledRuns:
 
 
 def read_bundle(path: Path) -> BundledRuns:
-    """Parse an audits bundle; UsageError naming the line for anything malformed."""
+    """Parse an audits bundle file; UsageError naming the line for anything malformed."""
     if not path.is_file():
         raise UsageError(f"{path}: no such audits bundle", hint="write one with 'audit export'")
+    return parse_bundle(path.read_bytes(), str(path))
+
+
+def parse_bundle(data: bytes, where: str) -> BundledRuns:
+    """Parse the bytes of an audits bundle (``where`` names them in errors)."""
     bundle: BundledRuns | None = None
-    with path.open("r", encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            try:
-                line = json.loads(text)
-                if bundle is None:
-                    if line.get("format") != FORMAT or line.get("version") != VERSION:
-                        raise ValueError(f"not a {FORMAT} version {VERSION} file")
-                    bundle = BundledRuns(str(line["run_id"]), [str(a) for a in line["audits"]])
-                elif "run" in line:
-                    bundle.raw.setdefault(str(line["run"]), []).append(
-                        base64.b64decode(line["record"], validate=True)
-                    )
-                elif "audit" in line:
-                    bundle.audit_raw.setdefault(str(line["audit"]), []).append(
-                        base64.b64decode(line["record"], validate=True)
-                    )
-                elif "blob" in line:
-                    bundle.blobs[str(line["blob"])] = base64.b64decode(line["data"], validate=True)
-                else:
-                    raise ValueError("an entry of no known kind")
-            except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-                raise UsageError(
-                    f"{path}: line {number} is not a valid audits bundle entry ({exc})",
-                    hint="write the file with 'holedger audit export'",
-                ) from exc
+    for number, text in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        try:
+            line = json.loads(text)
+            if bundle is None:
+                if line.get("format") != FORMAT or line.get("version") != VERSION:
+                    raise ValueError(f"not a {FORMAT} version {VERSION} file")
+                bundle = BundledRuns(str(line["run_id"]), [str(a) for a in line["audits"]])
+            elif "run" in line:
+                bundle.raw.setdefault(str(line["run"]), []).append(
+                    base64.b64decode(line["record"], validate=True)
+                )
+            elif "audit" in line:
+                bundle.audit_raw.setdefault(str(line["audit"]), []).append(
+                    base64.b64decode(line["record"], validate=True)
+                )
+            elif "blob" in line:
+                bundle.blobs[str(line["blob"])] = base64.b64decode(line["data"], validate=True)
+            else:
+                raise ValueError("an entry of no known kind")
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
+            raise UsageError(
+                f"{where}: line {number} is not a valid audits bundle entry ({exc})",
+                hint="write the file with 'holedger audit export'",
+            ) from exc
     if bundle is None:
-        raise UsageError(f"{path}: empty audits bundle")
+        raise UsageError(f"{where}: empty audits bundle")
     return bundle
 
 
 def verify_bundle_audits(path: Path, trusted_keys: Sequence[PublicKey] = ()) -> list[Any]:
-    """Verify every audit of an audits bundle from the file alone; their reports."""
+    """Verify every audit of an audits bundle file from the file alone; their reports."""
+    return verify_audits(read_bundle(path), str(path), trusted_keys)
+
+
+def verify_audits(
+    bundle: BundledRuns, where: str, trusted_keys: Sequence[PublicKey] = ()
+) -> list[Any]:
+    """Verify every audit of a parsed audits bundle; their reports."""
     from holedger.audit.verify import verify_audit
 
-    bundle = read_bundle(path)
     engine = create_engine("sqlite://", poolclass=StaticPool)
     log = AuditLog(engine)
     try:
         for audit_id in bundle.audits:
             if not bundle.audit_raw.get(audit_id):
-                raise UsageError(f"{path}: audit {audit_id} has no record in the bundle")
+                raise UsageError(f"{where}: audit {audit_id} has no record in the bundle")
             log.write_raw(audit_id, bundle.audit_raw[audit_id])
         with tempfile.TemporaryDirectory(prefix="holedger-audits-") as home:
             settings = Settings.resolve(Path(home))  # no task, no code: those are skipped
@@ -181,6 +200,37 @@ def verify_bundle_audits(path: Path, trusted_keys: Sequence[PublicKey] = ()) -> 
                 for audit_id in bundle.audits
             ]
     except VerificationError as exc:
-        raise UsageError(f"{path}: {exc.message}") from exc
+        raise UsageError(f"{where}: {exc.message}") from exc
     finally:
         engine.dispose()
+
+
+def attachment() -> Any:
+    """The ``audits`` attachment of run bundles (holedger.bundles.attachments): ``export
+    --audits`` carries the run's audits bundle, ``verify`` verifies every audit in it."""
+    from holedger.bundles.attachments import Attachment, Verdict
+
+    def make(ledger: Any, run_id: str) -> bytes:
+        return audits_bytes(ledger, run_id)[0]
+
+    def verify(data: bytes, run_id: str, trusted: Sequence[PublicKey]) -> Verdict:
+        try:
+            bundle = parse_bundle(data, "the bundled audits")
+            if bundle.run_id != run_id:
+                return Verdict([f"the bundled audits are of run {bundle.run_id}"], "", {})
+            reports = verify_audits(bundle, "the bundled audits", trusted)
+        except UsageError as exc:
+            return Verdict([exc.message], "", {})
+        problems = [
+            f"audit {r.audit_id} fails {', '.join(r.failed_checks())}: {r.failures[0]}"
+            for r in reports
+            if not r.verified
+        ]
+        rows = [
+            {"audit_id": r.audit_id, "verified": r.verified, "failed_checks": r.failed_checks()}
+            for r in reports
+        ]
+        detail = f"{len(reports)} audits of the run verified from the bundle"
+        return Verdict(problems, detail, {"audits": rows})
+
+    return Attachment("audits", make, verify)

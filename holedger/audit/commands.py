@@ -565,6 +565,10 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
 
 
 def register(cli: click.Group) -> None:
+    from holedger.audit.bundle import attachment
+    from holedger.bundles.attachments import register as carry
+
+    carry(attachment())  # export --audits, and verify, of run bundles
     cli.add_command(audit_group)
     if replay_audit not in OTHER_LOGS:
         OTHER_LOGS.append(replay_audit)

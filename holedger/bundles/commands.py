@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from holedger.bundles.attachments import REGISTRY, Attachment
 from holedger.bundles.attest_commands import attest_cmd, verify_attestation_cmd
 from holedger.bundles.cli_io import (
     WRITE_HINT,
@@ -50,6 +51,12 @@ if TYPE_CHECKING:
     "baseline_output",
     help="Also write the run's seed-baseline run (where its E(H0) is pinned from) here.",
 )
+@click.option(
+    "--audits",
+    "with_audits",
+    is_flag=True,
+    help="Also carry the run's audits (docs/AUDITS.md); 'verify' then verifies them.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 @click.pass_context
 def export_cmd(
@@ -59,6 +66,7 @@ def export_cmd(
     redact: bool,
     checkpoint_files: tuple[str, ...],
     baseline_output: str | None,
+    with_audits: bool,
     as_json: bool,
 ) -> None:
     """Write RUN as a portable bundle: events as signed, blobs, git history, keys, checkpoints."""
@@ -78,6 +86,7 @@ def export_cmd(
         for path, note in zip(checkpoint_files, notes, strict=True):
             check_export_note(ledger, run_id, path, note)
         exports.append((run_id, output, notes))
+        attached = {"audits": _attachment("audits").make(ledger, run_id)} if with_audits else {}
         if baseline_output is not None:
             exports.append((_baseline_run_id(ledger, run_id), baseline_output, []))
         for exported, file, carried in exports:
@@ -89,6 +98,7 @@ def export_cmd(
                     redact=redact,
                     repo_path=cfg.run_repo(exported),
                     checkpoints=carried,
+                    attachments=attached if exported == run_id else None,
                 )
             )
     except OSError as exc:
@@ -107,6 +117,13 @@ def export_cmd(
             f"{summary.git_objects} git objects, {summary.bytes} bytes, sha256 {summary.digest}"
             + (f" (the seed-baseline run {summary.run_id})" if n else "")
         )
+
+
+def _attachment(name: str) -> Attachment:
+    found = REGISTRY.get(name)
+    if found is None:
+        raise UsageError(f"this holedger cannot carry {name} in a bundle")
+    return found
 
 
 def _export_summary(summary: ExportSummary) -> dict[str, Any]:

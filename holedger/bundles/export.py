@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from holedger.bundles.checks import declared_key
 from holedger.bundles.format import (
     CANDIDATE_REF_PREFIX,
     FORMAT,
+    KIND_ATTACHMENT,
     KIND_BLOB,
     KIND_CHECKPOINT,
     KIND_GIT_OBJECT,
@@ -60,8 +61,10 @@ def export_bundle(
     redact: bool = False,
     repo_path: Path | None = None,
     checkpoints: Sequence[str] = (),
+    attachments: Mapping[str, bytes] | None = None,
 ) -> ExportSummary:
-    """Write ``run_id`` of ``ledger`` as a bundle (atomically: temp file, then rename)."""
+    """Write ``run_id`` of ``ledger`` as a bundle (atomically: temp file, then rename);
+    ``attachments`` (name -> bytes) are carried as they are (holedger.bundles.attachments)."""
     out_path = Path(out_path)
     first = ledger.first_record(run_id)
     if first.type != "RunOpened":
@@ -114,6 +117,9 @@ def export_bundle(
         git_objects = _write_git(writer, repo_path, candidates)
         for note in checkpoints:
             writer.entry(KIND_CHECKPOINT, note.encode())
+        for name, data in sorted((attachments or {}).items()):
+            label = name.encode()
+            writer.entry(KIND_ATTACHMENT, bytes([len(label)]) + label + data)
         writer.finish()
         handle.flush()
         os.fsync(handle.fileno())

@@ -49,6 +49,9 @@ KIND_REDACTED = 0x05
 KIND_GIT_OBJECT = 0x06
 KIND_GIT_REF = 0x07
 KIND_CHECKPOINT = 0x08
+# What a room above this one carries beside the run (holedger.bundles.attachments): a
+# one-byte name length, the name (UTF-8), then bytes only that room reads.
+KIND_ATTACHMENT = 0x09
 KIND_END = 0xFF
 
 KIND_NAMES = {
@@ -60,6 +63,7 @@ KIND_NAMES = {
     KIND_GIT_OBJECT: "git_object",
     KIND_GIT_REF: "git_ref",
     KIND_CHECKPOINT: "checkpoint",
+    KIND_ATTACHMENT: "attachment",
     KIND_END: "end",
 }
 
@@ -75,9 +79,16 @@ LIMITS = {
     KIND_GIT_OBJECT: 21 + MAX_BLOB,
     KIND_GIT_REF: 20 + 1024,
     KIND_CHECKPOINT: MAX_NOTE_BYTES,
+    KIND_ATTACHMENT: 1 + 255 + (4 * MAX_BLOB),
     KIND_END: 64 << 10,
 }
-MIN_LENGTHS = {KIND_BLOB: 32, KIND_REDACTED: 32, KIND_GIT_OBJECT: 21, KIND_GIT_REF: 21}
+MIN_LENGTHS = {
+    KIND_BLOB: 32,
+    KIND_REDACTED: 32,
+    KIND_GIT_OBJECT: 21,
+    KIND_GIT_REF: 21,
+    KIND_ATTACHMENT: 2,
+}
 
 GIT_TYPES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 GIT_TYPE_CODES = {name: code for code, name in GIT_TYPES.items()}
@@ -121,8 +132,7 @@ class BundleWriter:
         self._write_raw(body)
 
     def finish(self) -> None:
-        counts = {k: v for k, v in self.counts.items() if k not in ("manifest", "end")}
-        self.entry(KIND_END, canonical_json({"counts": counts}))
+        self.entry(KIND_END, canonical_json({"counts": _counted(self.counts)}))
 
 
 # ------------------------------------------------------------------------- reading
@@ -149,6 +159,7 @@ class RunBundle:
     git_spans: dict[str, tuple[int, _Span]] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
     checkpoints: list[str] = field(default_factory=list)
+    attachment_spans: dict[str, _Span] = field(default_factory=dict)
     size: int = 0
     digest: str = ""
 
@@ -178,6 +189,9 @@ class RunBundle:
 
     def redacted(self, digest: str) -> bool:
         return digest in self.redacted_digests
+
+    def attachment(self, name: str) -> bytes:
+        return self._read(self.attachment_spans[name])
 
     def git_object(self, oid: str) -> tuple[int, bytes] | None:
         entry = self.git_spans.get(oid)
@@ -345,6 +359,16 @@ def _index(path: Path, handle: BinaryIO) -> RunBundle:
             _add_key(bundle, _json(read_exact(length), "key entry"))
         elif kind == KIND_CHECKPOINT:
             bundle.checkpoints.append(_utf8(read_exact(length), "checkpoint"))
+        elif kind == KIND_ATTACHMENT:
+            size_of_name = read_exact(1)[0]
+            if size_of_name == 0 or 1 + size_of_name > length:
+                raise _bad("an attachment without a name")
+            attached = _utf8(read_exact(size_of_name), "attachment name")
+            if attached in bundle.attachment_spans:
+                raise _bad(f"attachment {attached!r} appears twice")
+            rest = length - 1 - size_of_name
+            bundle.attachment_spans[attached] = _Span(body_at + 1 + size_of_name, rest)
+            skip(rest)
         elif kind == KIND_END:
             end = _json(read_exact(length), "end entry")
     if bundle is None:
@@ -352,12 +376,20 @@ def _index(path: Path, handle: BinaryIO) -> RunBundle:
     if end is None:
         raise _bad("no end entry: the bundle is truncated")
     expected = end.get("counts")
-    actual = {k: v for k, v in counts.items() if k not in ("manifest", "end")}
+    actual = _counted(counts)
     if expected != actual:
         raise _bad(f"entry counts {actual} differ from the end entry's {expected}")
     bundle.size = size
     bundle.digest = hasher.hexdigest()
     return bundle
+
+
+def _counted(counts: dict[str, int]) -> dict[str, int]:
+    """The end entry's counts: every kind but manifest and end, and attachments only when
+    there are any (so a bundle without them is what it was before they existed)."""
+    return {
+        k: v for k, v in counts.items() if k not in ("manifest", "end") and (k != "attachment" or v)
+    }
 
 
 def _add_key(bundle: RunBundle, entry: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
 
+from holedger.bundles.attachments import AttachmentCheck
 from holedger.bundles.checks import BundleChecks, GitCheck
 from holedger.bundles.format import RunBundle, git_object_id, open_bundle
 from holedger.errors import BundleError, HoledgerError
@@ -84,6 +85,10 @@ def verify_bundle(
         def own(ctx: CheckContext) -> BundleChecks:
             return BundleChecks(bundle, ctx.opened, external_checkpoints, policy)
 
+        def attached(ctx: CheckContext) -> AttachmentCheck:
+            data = {name: bundle.attachment(name) for name in bundle.attachment_spans}
+            return AttachmentCheck(data, ctx.run_id, trusted_keys)
+
         try:
             # The candidates' history, when bundled, becomes one repository: GitCheck
             # re-checks the commits in it, and the leakage check scans it as replay scans
@@ -100,7 +105,7 @@ def verify_bundle(
                 records,
                 bundle,
                 trusted_keys=trusted_keys,
-                checks=[*checks, git, own],
+                checks=[*checks, git, own, attached],
                 inputs=CheckInputs(task=task or None, run_repo=repo, baselines=baseline),
             )
         except HoledgerError:

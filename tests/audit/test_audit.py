@@ -467,6 +467,57 @@ def test_an_audits_bundle_verifies_from_the_file_alone(
     assert "is not a valid audits bundle entry" in one_line_error(error)
 
 
+def test_a_run_bundle_carries_and_verifies_its_audits(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger, tmp_path: Path
+) -> None:
+    from holedger.audit.bundle import audits_bytes
+    from holedger.bundles.export import export_bundle
+
+    out = tmp_path / "run.bundle"
+    exported = run_cli(audited, "export", audited.run_id, "-o", str(out), "--audits")
+    assert exported.exit_code == 0, exported.output
+    result = run_cli(audited, "verify", str(out), "--json")
+    report = json.loads(result.output)
+    assert result.exit_code == 0, report["failures"]
+    [check] = [c for c in report["checks"] if c["name"] == "audits"]
+    assert check["ok"] and "verified from the bundle" in check["detail"]
+    rows = {row["audit_id"]: row for row in report["audits"]["audits"]}
+    assert rows[finished["audit_id"]]["verified"]
+    # a share changed in a bundled audit record: verify fails naming the attachment
+    data, _ = audits_bytes(ledger, audited.run_id)
+    lines = []
+    for line in data.decode().splitlines():
+        entry = json.loads(line)
+        raw = base64.b64decode(entry.get("record", ""))
+        if entry.get("audit") == finished["audit_id"] and b'"type":"Decomposed"' in raw:
+            entry["record"] = base64.b64encode(raw.replace(b'"o":"1"', b'"o":"0"')).decode()
+        lines.append(json.dumps(entry))
+    forged = tmp_path / "forged.bundle"
+    export_bundle(
+        ledger,
+        audited.run_id,
+        forged,
+        repo_path=audited.settings.run_repo(audited.run_id),
+        attachments={"audits": ("\n".join(lines) + "\n").encode()},
+    )
+    result = run_cli(audited, "verify", str(forged), "--json")
+    report = json.loads(result.output)
+    assert result.exit_code == 1
+    assert not report["verified"] and "audits" in [
+        c["name"] for c in report["checks"] if not c["ok"]
+    ]
+    [failure] = [f for f in report["failures"] if f["check"] == "audits"]
+    assert finished["audit_id"] in failure["reason"] and "audit_integrity" in failure["reason"]
+    # a run bundle without audits is what it was: no attachment, no audits check
+    plain = tmp_path / "plain.bundle"
+    assert run_cli(audited, "export", audited.run_id, "-o", str(plain)).exit_code == 0
+    names = [
+        c["name"]
+        for c in json.loads(run_cli(audited, "verify", str(plain), "--json").output)["checks"]
+    ]
+    assert "audits" not in names
+
+
 # ------------------------------------------------------------------ bad input
 
 
