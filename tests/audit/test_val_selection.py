@@ -5,12 +5,16 @@ recorded in the audited run), and the decomposition's transfer check compares th
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
 from holedger.audit.hda import neutralize, open_audit, read_audit, run_hda
 from holedger.audit.verify import verify_audit
+from holedger.cli import cli
 from holedger.ledger.store import Ledger
 from holedger.replay.runs import replay_run
 
@@ -62,4 +66,16 @@ def test_the_val_selected_candidate_is_scored_on_held_out_and_compared(
     assert replay_run(ledger, run).verified
     report = verify_audit(audited.settings, ledger, ctx.log, audit_id)
     assert report.verified, report.failures
+    # a run bundle carrying the run's (one, honest) audit verifies, the audit with it
+    bundle = tmp_path / "run.bundle"
+    exported = CliRunner().invoke(
+        cli, ["--home", str(audited.settings.home), "export", run, "-o", str(bundle), "--audits"]
+    )
+    assert exported.exit_code == 0, exported.output
+    verified = CliRunner().invoke(
+        cli, ["--home", str(audited.settings.home), "verify", str(bundle), "--json"]
+    )
+    assert verified.exit_code == 0, verified.output
+    checks = {c["name"]: c for c in json.loads(verified.output)["checks"]}
+    assert checks["audits"]["ok"] and "1 audits of the run verified" in checks["audits"]["detail"]
     assert read_audit(ctx.log, audit_id).decomposed == state.decomposed
