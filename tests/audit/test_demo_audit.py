@@ -7,7 +7,6 @@ that edit, O > 0, and the audit verifies; then the attacks on it, each failing
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -77,7 +76,6 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoAudit:
         capture_output=True,
         text=True,
         timeout=3000,
-        env={**os.environ, "HOLEDGER_NO_PROGRESS": "1"},
         check=False,
     )
     assert proc.returncode in (0, 1), proc.stderr[-4000:]  # 1: g within the band
