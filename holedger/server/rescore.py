@@ -91,7 +91,11 @@ def rescore(
     for index in range(first, first + times):
         bound = RescoreOf(run_id=run_id, candidate=nominee, tree=tree, index=index)
         new = service.open_run(
-            config.task, optimizer=RESCORE_OPTIMIZER, backend=config.backend, rescore_of=bound
+            config.task,
+            optimizer=RESCORE_OPTIMIZER,
+            backend=config.backend,
+            rescore_of=bound,
+            seed_variant=opened.terms.seed_variant,  # the same seed, so the same E(H0)
         )
         committed = service.commit_candidate(new.run_id, files, None)
         if committed.tree != tree:  # the same files make the same tree: never, unless broken

@@ -67,8 +67,10 @@ def test_messages_without_max_tokens_is_an_anthropic_400(
     ("path", "body", "anthropic_style"),
     [
         ("/v1/messages", {"model": SIM_MODEL, "max_tokens": 10, "messages": MESSAGES}, True),
+        ("/v1/messages/count_tokens", {"model": SIM_MODEL, "messages": MESSAGES}, True),
         ("/v1/responses", {"model": SIM_MODEL, "input": QUESTION}, False),
         ("/v1/embeddings", {"model": SIM_MODEL, "input": QUESTION}, False),
+        ("/v1/chat/completions", {"model": SIM_MODEL, "messages": MESSAGES}, False),
     ],
 )
 def test_a_body_over_the_size_limit_is_413_in_the_formats_shape(

@@ -19,6 +19,7 @@ from holedger.errors import NotFoundError
 from holedger.ledger.store import Ledger
 from holedger.replay.runs import replay_run
 from holedger.schemas.events import GatewayCall, TrialCompleted
+from holedger.server.rescore import rescore
 from holedger.server.service import RunService
 from holedger.tasks import load_task
 
@@ -61,9 +62,16 @@ def test_a_variant_seed_has_its_own_commit_baseline_and_replays(
         # Its trials run the variant tree.
         ev = service.evaluate(first.run_id, "seed", "dev", None, 1)
         assert all(c["mean"] == "1" for c in ev.projection["cases"].values())
-        for run in (plain, first):
-            service.abort(run.run_id, "test over")
-            assert_replay_verifies(ledger, run.run_id)
+        service.abort(plain.run_id, "test over")
+        assert_replay_verifies(ledger, plain.run_id)
+        # Its nominee is re-scored from the same seed, so against the same E(H0).
+        service.nominate(first.run_id, "seed")
+        [again_scored] = rescore(service, first.run_id, 1)
+        rescored = ledger.run_terms(again_scored.run_id)
+        assert rescored.terms.seed_variant == "perfect"
+        assert rescored.seed_baseline == first.seed_baseline
+        for run_id in (first.run_id, again_scored.run_id):
+            assert_replay_verifies(ledger, run_id)
     finally:
         service.close()
         ledger.close()
