@@ -241,3 +241,50 @@ def test_a_solve_evolve_run_takes_no_search_commit_or_evaluation(
         perfect_candidate(service, run_id, tiny)
     runs.solve(run_id)
     assert runs.unchanged(run_id, 1).finished is not None  # and the run closes
+
+
+def test_a_step_whose_evolver_overspent_its_tokens_closes_only_unchanged(
+    service: RunService, tiny: ServerTask
+) -> None:
+    from holedger.schemas.events import GatewayCall, TokenUsage
+
+    runs = EvolveRuns(service)
+    terms = runs.terms_for("tiny", batch=3, steps=2, scope=None, step_tokens=100, stream=None)
+    run_id = runs.open_run("tiny", terms, optimizer="evolver").run_id
+    runs.solve(run_id)
+    for total in (60, 41):  # the evolver's calls as the gateway records them: 101 tokens
+        call = GatewayCall(
+            call_id=f"call-{total}",
+            scope="optimizer",
+            model_requested="m",
+            model_served="m",
+            allowed=True,
+            status=200,
+            tokens=TokenUsage(input=total, total=total),
+            reserved=total,
+            latency_ms=1,
+            request_digest=None,
+            response_digest=None,
+        )
+        service.ledger.append(run_id, "GatewayCall", call, "gateway")
+    assert runs.status(run_id)["evolver_tokens_in_step"] == 101
+    _refused(
+        refusals.EVOLVE_STEP_BUDGET,
+        runs.commit_changes,
+        run_id,
+        1,
+        {"harness/__main__.py": PERFECT_MAIN},
+        None,
+    )
+    runs.unchanged(run_id, 1)
+    closed = [
+        StepClosed.model_validate(r.payload)
+        for r in service.ledger.records(run_id)
+        if r.type == "StepClosed"
+    ]
+    assert [(c.outcome, c.evolver_tokens) for c in closed] == [("unchanged", 101)]
+    runs.solve(run_id)  # the next step's evolver has its budget whole again
+    assert runs.status(run_id)["evolver_tokens_in_step"] == 0
+    assert runs.commit_changes(run_id, 2, {"harness/__main__.py": PERFECT_MAIN}, None).finished
+    report = assert_replay_verifies(service.ledger, run_id)
+    assert next(c for c in report.checks if c.name == "evolve_step_budget").ok
