@@ -90,6 +90,98 @@ def test_a_body_over_the_size_limit_is_413_in_the_formats_shape(
         close_env(env)
 
 
+IMAGE_URL = "https://example.com/q.png?leak=the-answer"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "kind"),
+    [
+        (
+            "/v1/messages",
+            {
+                "max_tokens": 10,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image", "source": {"type": "url", "url": IMAGE_URL}}],
+                    }
+                ],
+            },
+            "web_fetch",
+        ),
+        (
+            "/v1/messages",
+            {
+                "max_tokens": 10,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "document", "source": {"type": "file", "file_id": "file_1"}}
+                        ],
+                    }
+                ],
+            },
+            "files",
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": IMAGE_URL}}],
+                    }
+                ]
+            },
+            "web_fetch",
+        ),
+        (
+            "/v1/responses",
+            {
+                "input": [
+                    {"role": "user", "content": [{"type": "input_file", "file_url": IMAGE_URL}]}
+                ]
+            },
+            "web_fetch",
+        ),
+        (
+            "/v1/responses",
+            {
+                "input": [
+                    {"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}
+                ]
+            },
+            "files",
+        ),
+    ],
+)
+def test_content_the_upstream_would_fetch_is_refused_unless_the_terms_allow_it(
+    env: Env, upstream: CountingUpstream, path: str, body: dict[str, Any], kind: str
+) -> None:
+    """An image or file by URL makes the provider fetch from outside the run (and the URL
+    can carry what the harness knows out); a file id brings in what the body does not
+    hold. Both need the server tool, like a web_fetch tool; data in the body passes."""
+    messages = path == "/v1/messages"
+    resp = post(env, path, {"model": SIM_MODEL, **body}, anthropic_style=messages)
+    if messages:
+        assert_anthropic_error(resp, 403, "permission_error", "tool_not_allowed")
+    else:
+        assert_openai_error(resp, 403, "tool_not_allowed")
+    assert repr(kind) in resp.text
+    assert upstream.bodies == []
+    [call] = env.calls()
+    assert not call.allowed and call.code == "tool_not_allowed"
+
+
+def test_an_image_carried_in_the_body_passes(env: Env, upstream: CountingUpstream) -> None:
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    body = {"model": SIM_MODEL, "messages": [{"role": "user", "content": [part]}]}
+    resp = post(env, "/v1/chat/completions", body)
+    assert resp.status_code != 403, resp.text
+    assert len(upstream.bodies) == 1
+
+
 @pytest.mark.parametrize(
     ("path", "body", "kind"),
     [

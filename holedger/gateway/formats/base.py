@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from holedger.gateway.denial import Denial, invalid
+from holedger.gateway.formats.fetched import refuse_fetched
 from holedger.gateway.limits import Bound, OutOfBounds, check_bounds
 from holedger.gateway.wire import split_sse, sse_data
 from holedger.schemas.canonical import has_utf8_form
@@ -261,6 +262,7 @@ class WireFormat:
         """The request, checked (``open_request``, then the format's own ``check``)."""
         body = open_request(raw, tools_allowed)
         self.check(body, tools_allowed)
+        refuse_fetched(body, tools_allowed)
         return body
 
     def check(self, body: dict[str, Any], tools_allowed: frozenset[str]) -> None:
