@@ -29,16 +29,9 @@ from typing import Any
 
 from holedger.audit import compute, stats
 from holedger.audit.detectors import CaseFacts
+from holedger.audit.evidence import added_lines, answers_for, case_facts, held_out
 from holedger.audit.facts import RunFacts, RunStore, Trial, read_run, scores_digest
-from holedger.audit.hda import (
-    AuditState,
-    added_lines,
-    answers_for,
-    case_facts,
-    detect_from,
-    held_out,
-    read_audit,
-)
+from holedger.audit.hda import AuditState, detect_from, read_audit
 from holedger.audit.log import AuditLog, verify_records
 from holedger.config import Settings
 from holedger.errors import HoledgerError

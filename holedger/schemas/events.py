@@ -8,12 +8,26 @@ model: an event whose type is not in it, or whose ``schema_version`` is not
 
 from __future__ import annotations
 
-import inspect
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from holedger.schemas.model import RUN_ID_PATTERN, TIME_PATTERN, Model
+from holedger.schemas.parts import (
+    BudgetUse,
+    BudgetVector,
+    CaseCost,
+    DisclosurePolicy,
+    PublicKeyInfo,
+    RoundError,
+    SeedBaseline,
+    ServerToolName,
+    SplitBudget,
+    SplitUse,
+    TaskTerms,
+    TokenUsage,
+)
 from holedger.schemas.types import (
     Count,
     ExactInt,
@@ -27,37 +41,6 @@ from holedger.schemas.types import (
 )
 
 SCHEMA_VERSION = 1
-# A UTC time with microseconds and a literal Z, of a real day: a date of the proleptic
-# Gregorian calendar from 0001-01-01 to 9999-12-31 (29 February in leap years only) and a
-# time from 00:00:00 to 23:59:59.999999 (no leap second). No capturing group: record
-# patterns embed it. tests/ledger/test_time_pattern.py checks it against datetime.
-_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"
-_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_DATE = (
-    rf"(?:{_YEAR}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
-    r"|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
-    rf"|{_LEAP_YEAR}-02-29)"
-)
-TIME_PATTERN = rf"^{_DATE}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{{6}}Z$"
-RUN_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
-
-
-class Model(BaseModel):
-    """Base of every schema: immutable, no unknown fields, fields in canonical order.
-
-    Each model's fields are put in code-point order of their names, whatever order the
-    class body declares them in: a validated instance then serialises (``to_json``,
-    ``model_dump_json``) with its members already sorted, as canonical JSON has them,
-    which lets replay check a payload canonical by re-serialising it.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        declared = inspect.get_annotations(cls)
-        if declared:
-            cls.__annotations__ = dict(sorted(declared.items()))
-        super().__init_subclass__(**kwargs)
 
 
 # --------------------------------------------------------------------------- envelope
@@ -81,130 +64,6 @@ class SignedEvent(EventEnvelope):
     """An envelope plus its Ed25519 signature (standard base64, 64 bytes)."""
 
     sig: str
-
-
-# --------------------------------------------------------------------------- shared parts
-
-
-class PublicKeyInfo(Model):
-    """A public key as declared in RunOpened: C2SP signed-note name, key id, raw key."""
-
-    name: str = Field(min_length=1)
-    key_id: KeyIdHex
-    public_key: str = Field(description="standard base64 of the 32-byte Ed25519 public key")
-
-
-class SplitBudget(Model):
-    calls: Count
-    case_passes: Rational
-
-
-class BudgetVector(Model):
-    """The search budget: per search split calls and case-passes, and target tokens."""
-
-    dev: SplitBudget
-    val: SplitBudget
-    target_tokens: Count
-    per_trial_tokens: Count | None = None
-    # The optimizer scope's token cap; absent (not even null) when the task names none:
-    # the gateway then applies its documented default (gateway.optimizer_budget).
-    optimizer_tokens: Count | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class DisclosurePolicy(Model):
-    dev: Literal["per_case"] = "per_case"
-    val: Literal["aggregate"] = "aggregate"
-    test: Literal["none"] = "none"
-    min_aggregate_cases: PositiveCount = 5
-
-
-ServerToolName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-
-
-class TaskTerms(Model):
-    """What replay needs of the task to re-derive every decision, pinned in RunOpened."""
-
-    task_id: str
-    models: list[str]
-    split_sizes: dict[Split, Count]
-    split_digests: dict[Split, Sha256Hex]
-    manifest_digest: Sha256Hex
-    budget: BudgetVector
-    disclosure: DisclosurePolicy
-    k: PositiveCount
-    resolution_band: Rational
-    verifier_digest: Sha256Hex
-    seed_commit: str
-    entrypoint: list[str]
-    immutable_paths: list[str]
-    case_timeout_s: PositiveCount
-    environment_digest: Sha256Hex
-    # How a timed-out trial scores (rules.trial_score): "zero" or "verifier"; absent in
-    # logs written before the rule was recorded, whose timeouts replay does not judge.
-    timeout_score: Literal["zero", "verifier"] | None = Field(
-        default=None, exclude_if=lambda v: v is None
-    )
-    # What a run's model calls may reach beyond the model: server-side tools by the name
-    # the gateway gives them ("web_search", "code_execution", "mcp", ...) and
-    # "model_switch" (fields naming fallback models, each still in ``models``); absent
-    # (not even null) when the task allows none, as in every log written before it.
-    server_tools: list[ServerToolName] | None = Field(default=None, exclude_if=lambda v: v is None)
-    # The seed variant (the task's variants/NAME laid over its seed) this run starts
-    # from; ``seed_commit`` is then that tree's commit. Absent for the task's own seed.
-    seed_variant: str | None = Field(
-        default=None, pattern=r"^[a-z0-9][a-z0-9-]{0,63}$", exclude_if=lambda v: v is None
-    )
-
-
-class RoundError(Model):
-    """A K-attempt score's error bar (A3): its K round means (round r = attempt r of every
-    test case) and their standard error sd(round means, n - 1) / sqrt(K), a decimal
-    rounded half-even to 9 places (``rules.round_error``); ``se`` is None for K = 1."""
-
-    round_means: list[Rational]
-    se: str | None = Field(pattern=r"^[0-9]+\.[0-9]{9}$")
-
-
-class SeedBaseline(Model):
-    """The task's pinned E(H0): computed once with the same K, itself recorded in a ledger."""
-
-    e_h0: Rational
-    k: PositiveCount
-    baseline_run_id: str | None = None
-    per_case_digest: Sha256Hex | None = None
-    # E(H0)'s error bar from the baseline run's per-case scores (rules.round_error);
-    # absent in pins made before it was pinned.
-    e_h0_error: RoundError | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class SplitUse(Model):
-    calls: Count
-    case_passes: Rational
-
-
-class BudgetUse(Model):
-    dev: SplitUse
-    val: SplitUse
-
-
-class CaseCost(Model):
-    calls: ExactInt
-    case_passes: Rational
-
-
-class TokenUsage(Model):
-    """OpenAI wire convention: input includes cached, output includes reasoning.
-
-    ``cached`` counts cache reads and ``cache_write`` cache writes (as Anthropic reports
-    them), both within ``input``; events written before ``cache_write`` existed lack it.
-    """
-
-    input: Count = 0
-    cached: Count = 0
-    cache_write: Count = 0
-    output: Count = 0
-    reasoning: Count = 0
-    total: Count = 0
 
 
 # --------------------------------------------------------------------------- payloads
@@ -298,7 +157,7 @@ class CandidateCommitted(Model):
     parent: str | None
     changed_paths: list[str]
     immutable_ok: bool
-    immutable_violations: list[str] = []
+    immutable_violations: list[str] = []  # noqa: RUF012 (a pydantic field, copied per instance)
 
 
 class EvaluationRequested(Model):
@@ -523,7 +382,7 @@ class InSituScored(Model):
 
 class RunClosed(Model):
     reason: str
-    summary: dict[str, Any] = {}
+    summary: dict[str, Any] = {}  # noqa: RUF012 (a pydantic field, copied per instance)
 
 
 class ControlScore(Model):
@@ -598,10 +457,24 @@ def payload_model(event_type: str) -> type[Model]:
 __all__ = [
     "AFTER_CLOSE_TYPES",
     "EVENT_TYPES",
+    "RUN_ID_PATTERN",
     "SCHEMA_VERSION",
+    "TIME_PATTERN",
+    "BudgetUse",
+    "BudgetVector",
+    "CaseCost",
+    "DisclosurePolicy",
     "EventEnvelope",
     "Model",
+    "PublicKeyInfo",
+    "RoundError",
     "SearchSplit",
+    "SeedBaseline",
+    "ServerToolName",
     "SignedEvent",
+    "SplitBudget",
+    "SplitUse",
+    "TaskTerms",
+    "TokenUsage",
     "payload_model",
 ]

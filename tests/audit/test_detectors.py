@@ -187,7 +187,7 @@ def test_detect_runs_every_detector() -> None:
 def test_the_bundled_tasks_shortcut_edit_is_a_lookup_table_of_its_dev_answers(
     tmp_path: Path,
 ) -> None:
-    from holedger.audit.hda import case_facts, lines_added
+    from holedger.audit.evidence import case_facts, lines_added
     from holedger.tasks import load_task
     from holedger.tasks.edits import load_edits
 
