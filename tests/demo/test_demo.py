@@ -43,6 +43,9 @@ def test_demo_verifies_and_gains_above_the_band(tour: TourState) -> None:
     for key in ("g", "resolution_band", "test_score", "seed_score"):
         assert demo[key] == float(Fraction(demo[f"{key}_exact"])), key
     assert demo["trials"] == demo["cases"] * demo["k"] > 0
+    # E(H+) and the pinned E(H0) with the standard error of their K round means (A3)
+    assert demo["test_score_se"] is not None and demo["seed_score_se"] is not None
+    assert float(demo["test_score_se"]) >= 0
     assert set(demo) >= {
         "run_id",
         "verified",
