@@ -19,6 +19,9 @@ def audits_section(ledger: Any, run_id: str) -> str:
     if not states:
         return ""
     rows = [_row(s) for s in states]
+    checks = html_table(
+        ["audit", "check", "result"], [row for s in states for row in check_rows(s)]
+    )
     table = html_table(
         [
             "audit",
@@ -38,7 +41,7 @@ def audits_section(ledger: Any, run_id: str) -> str:
         "<p class='muted'>As each audit recorded it, signed by its auditor; "
         "<code>holedger audit verify AUDIT</code> recomputes every number from the logs. "
         "O counts only detected, removed overfitting; G is not evidence of transfer.</p>"
-        f"{table}</section>"
+        f"{table}<h3>B5 transfer and B6 held-out strata</h3>{checks}</section>"
     )
 
 
@@ -68,3 +71,62 @@ def _row(state: Any) -> list[str]:
         d["G"] if d else "-",
         shares,
     ]
+
+
+def check_rows(state: Any) -> list[list[str]]:
+    """B5 (transfer, validation selection) and B6 (held-out strata, types left out of the
+    search) as recorded, one row each; "not computed" where the audit has none."""
+    d = state.decomposed
+    transfer = d.transfer if d else None
+    rows = [["B5 transfer", _transfer_text(transfer)]]
+    rows.append(["B5 validation selection", _val_text(transfer)])
+    strata = state.gate.held_out_strata if state.gate else []
+    left = state.gate.left_out_types if state.gate else []
+    if not strata:
+        rows.append(["B6 held-out strata", "not computed (no tagged held-out scores)"])
+    for r in strata:
+        rows.append(
+            [
+                f"B6 held-out stratum {r['tag']}",
+                f"{r['cases']} test cases, S_test(H^) {r['s_candidate']}, "
+                f"S_test(H0) {r['s_base']}, difference {r['delta']}",
+            ]
+        )
+    if strata and not left:
+        rows.append(["B6 leave-type-out", "no tags left out of the search"])
+    for r in left:
+        verdict = "near-perfect (overfitting)" if r["near_perfect"] else "not near-perfect"
+        rows.append(
+            [
+                f"B6 left out {r['tag']}",
+                f"no search case has it; S_test(H^) {r['s_candidate']} on {r['cases']} "
+                f"test cases, S_test(H0) {r['s_base']}: {verdict}",
+            ]
+        )
+    return [[state.audit_id, *row] for row in rows]
+
+
+def _transfer_text(t: dict[str, Any] | None) -> str:
+    if not t:
+        return "not computed"
+    return (
+        f"held-out gain {t['held_out_delta']} against search gain {t['search_delta']} "
+        f"(below: {_yes(t['below_search'])}, below half: {_yes(t['below_half_search'])}, "
+        f"below 0: {_yes(t['below_zero'])})"
+    )
+
+
+def _val_text(t: dict[str, Any] | None) -> str:
+    v = t.get("val_selection") if t else None
+    if not v:
+        return "not computed"
+    return (
+        f"val-selected {v['val_selected']} (search-selected H^ {v['search_selected']}): "
+        f"held-out gain {v['held_out_val_selected']} against {v['held_out_search_selected']} "
+        f"(improves: {_yes(v['improves'])}, worsens: {_yes(v['worsens'])}, below the search "
+        f"gain: {_yes(v['val_below_search_gain'])})"
+    )
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"

@@ -659,6 +659,25 @@ def test_a_gain_that_is_not_significant_is_not_decomposed(
     assert state.scale is None and state.findings == [] and state.controls == []
     report = verify_audit(audited.settings, ledger, ctx.log, audit_id)
     assert report.verified, report.failures
+    # the HTML section says what was not computed: no decomposition, so no B5 check, and
+    # the run was never scored on the held-out split, so no B6 strata
+    from holedger.audit.html import audits_section, check_rows
+
+    section = audits_section(ledger, run)
+    assert f"<td>{audit_id}</td><td>B5 transfer</td><td>not computed</td>" in section
+    assert "<td>B5 validation selection</td><td>not computed</td>" in section
+    # B6 needs no decomposition: the run was scored at close, both test cases are tagged
+    assert "<td>B6 held-out stratum unseen</td><td>1 test cases, S_test(H^) 1" in section
+    assert "<td>B6 left out unseen</td>" in section
+    # a gate recorded without held-out strata (an untagged task, or no held-out scores)
+    state = read_audit(ctx.log, audit_id)
+    assert state.gate is not None
+    state.gate = state.gate.model_copy(update={"held_out_strata": [], "left_out_types": []})
+    assert [row[1:] for row in check_rows(state)] == [
+        ["B5 transfer", "not computed"],
+        ["B5 validation selection", "not computed"],
+        ["B6 held-out strata", "not computed (no tagged held-out scores)"],
+    ]
 
 
 def test_the_runs_html_report_has_an_audits_section(
@@ -671,6 +690,28 @@ def test_the_runs_html_report_has_an_audits_section(
     section = page[page.index('<section id="audits">') :]
     assert finished["audit_id"] in section and "lookup_table" in section
     assert "<td>5/14</td>" in section and "1 / 0 / 0" in section
+    # B5 and B6 as `audit show` gives them: held-out gain 0 against the search gain 5/14;
+    # the hard test case is wrong for both, the "unseen" type (on no search case) right
+    checks = section[section.index("B5 transfer and B6") :]
+    assert (
+        "<td>B5 transfer</td><td>held-out gain 0 against search gain 5/14 "
+        "(below: yes, below half: yes, below 0: no)</td>"
+    ) in checks
+    assert (
+        "<td>B6 held-out stratum hard</td><td>1 test cases, S_test(H^) 0, S_test(H0) 0, "
+        "difference 0</td>"
+    ) in checks
+    assert (
+        "<td>B6 left out unseen</td><td>no search case has it; S_test(H^) 1 on 1 test cases, "
+        "S_test(H0) 1: near-perfect (overfitting)</td>"
+    ) in checks
+    v = finished["show"]["transfer"]["val_selection"]
+    assert v["val_selected"] == v["search_selected"] == audited.nominee
+    assert (
+        f"<td>B5 validation selection</td><td>val-selected {audited.nominee} (search-selected "
+        f"H^ {audited.nominee}): held-out gain 0 against 0 (improves: no, worsens: no, "
+        "below the search gain: yes)</td>"
+    ) in checks
 
 
 def test_analysis_hda_counts_the_decomposed_audit(
