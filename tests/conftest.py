@@ -3,11 +3,12 @@ in pyproject's addopts, so ``python -m pytest`` runs it this way; ``-n 0`` runs 
 process).
 
 Tests are handed out a whole file at a time, so a module's fixtures are made once and a
-file's tests run in their written order. The files marked ``xdist_group("NAME")`` go to
-one worker together (the demo tour's files share one demo run and its folder). A
-session fixture is made once per worker that uses it: keep those cheap, or put their
-users in one group. The longest units are handed out first (``LONGEST_FIRST``), so no
-worker is left with a long one at the end while the others wait.
+file's tests run in their written order. A session fixture is made once per worker that
+uses it: the costly ones are named in ``MADE_ONCE``, and every file using one of them
+goes to one worker with the others (the demo tour's files share one demo run and its
+folder). Files marked ``xdist_group("NAME")`` go to one worker together too. The longest
+units are handed out first (``LONGEST_FIRST``), so no worker is left with a long one at
+the end while the others wait.
 
 Every worker collects the suite itself and all must collect the same test ids: give
 ``parametrize`` values that differ per process (random, time, uuid) stable ``ids``.
@@ -27,9 +28,21 @@ import pytest
 LONGEST_FIRST = (
     "@tour",
     "tests/demo/test_demo_interrupt.py",
+    "tests/ledger/test_tamper_matrix.py",
+    "tests/replay/test_chunks.py",
+    "@audited",
+    "tests/ledger/test_storage_errors_cli.py",
+    "tests/bundles/test_bundle_fuzz.py",
     "tests/gateway/test_close_race.py",
+    "tests/proofs/test_proofs_exhaustive.py",
+    "tests/tasks/test_demo_task.py",
+    "tests/ledger/test_crash_safety.py",
     "tests/gateway/test_formats_budget.py",
 )
+
+# Session fixtures that take long to make (a whole demo, an audited run): the files that
+# use one form the xdist_group of its name, so it is made once, on one worker.
+MADE_ONCE = ("tour", "audited")
 
 
 SIZE = ("COLUMNS", "LINES")
@@ -42,6 +55,18 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist adds the groups to the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    group: dict[object, str] = {}
+    for item in items:
+        for name in MADE_ONCE:
+            if name in getattr(item, "fixturenames", ()):
+                group.setdefault(item.path, name)
+    for item in items:
+        if item.path in group and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group[item.path]))
 
 
 def unit_of(nodeid: str) -> str:

@@ -18,7 +18,7 @@ from holedger.sandboxes import available_backends
 from .conftest import TourState
 
 # The first test to use the `tour` fixture runs the whole demo (minutes on a busy machine).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("tour")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 def _holedger(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

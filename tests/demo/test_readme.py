@@ -19,7 +19,7 @@ from .conftest import TourState
 from .readme_tour import Block, fenced_commands, readme_text, run_blocks, tour_blocks
 
 # The first test to use the `tour` fixture runs the whole demo (minutes on a busy machine).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("tour")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 GLOBAL_WITH_VALUE = {"--home", "--ledger"}
 
