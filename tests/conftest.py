@@ -27,6 +27,7 @@ import pytest
 # "@" and the name of an xdist_group. Units not named here follow in collection order.
 LONGEST_FIRST = (
     "@tour",
+    "tests/audit/test_demo_audit.py",
     "tests/demo/test_demo_interrupt.py",
     "tests/ledger/test_tamper_matrix.py",
     "tests/replay/test_chunks.py",

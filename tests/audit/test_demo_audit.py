@@ -31,7 +31,7 @@ from holedger.tasks.edits import Replacement, load_edit
 
 from .test_audit import resign_audit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # its fixture runs a whole demo
 
 TASK = Path(__file__).resolve().parents[2] / "holedger" / "tasks" / "bundled" / "officeqa-lite"
 SHORTCUT = TASK / "edits" / "10-known-dev-answers"
