@@ -20,6 +20,7 @@ from holedger.protocol.runs import control_scores_digest
 from holedger.replay.report import ReplayReport
 from holedger.schemas.events import (
     AuditControlEvaluated,
+    CandidateNominated,
     ControlScore,
     OptimizerRead,
     ReadItem,
@@ -111,4 +112,24 @@ def test_a_control_evaluation_that_is_one_of_the_runs_requests_fails_audit_contr
     assert failures_of(report, "audit_controls") == [
         f"{what} is a request of this run: its projection was shown to the optimizer",
         f"{what} names this run as its control run: it ran in the run",
+    ]
+
+
+def test_a_nomination_signed_by_the_gateway_role_fails_roles(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    """With keys held apart, the gateway's key speaks for calls only: a RunScored (or any
+    event but GatewayCall and SafetyViolation) signed by the gateway role fails."""
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    seq = writer.append("CandidateNominated", CandidateNominated(candidate=CAND), role="gateway")
+    writer.nominated = True
+    writer.heldout(CAND)
+    writer.scored(CAND)
+    writer.close()
+    report = replay(writer.run_id)
+    assert {n for n, ok in checks(report).items() if not ok} == {"roles"}, report.failures
+    assert failures_of(report, "roles") == [
+        f"{seq}:CandidateNominated:CandidateNominated signed by the gateway: only the "
+        "server signs it"
     ]

@@ -44,3 +44,7 @@ CHECKS.append(AuditControlsFold)
 from holedger.replay.checks.evolve import EvolveFold  # noqa: E402
 
 CHECKS.append(EvolveFold)
+
+from holedger.replay.checks.roles import RolesFold  # noqa: E402
+
+CHECKS.append(RolesFold)
