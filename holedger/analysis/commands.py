@@ -4,11 +4,11 @@ target model)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
 from holedger.errors import UsageError
 from holedger.numbers import decimal
 from holedger.output import console, emit_json, plain, settings, table
@@ -16,42 +16,6 @@ from holedger.replay.report import counted
 
 if TYPE_CHECKING:
     from holedger.analysis.gains import RunGain
-
-
-@click.group("analysis")
-def analysis_group() -> None:
-    """Cross-run statistics from the ledger, run bundles or a published results table."""
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-TASK = click.option("--task", "task_id", default=None, help="Only runs of this task.")
-BUNDLES = click.option(
-    "--bundle",
-    "bundles",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Read runs from these bundles (holedger export) instead of the home's ledger.",
-)
-TRUSTED = click.option(
-    "--trusted-key",
-    "trusted",
-    multiple=True,
-    help="With verification: a verifier key (name+id+key) or keyring file pinning the runs' keys.",
-)
-JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-
-
-def with_options(*options: Callable[[_F], _F]) -> Callable[[_F], _F]:
-    """One decorator applying ``options`` in the order given (as --help lists them)."""
-
-    def decorate(command: _F) -> _F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
 
 
 # The options of gains and capabilities: which runs, from where, replayed or not.

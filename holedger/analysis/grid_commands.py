@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from holedger.analysis.commands import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
+from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, plain, settings, table
 

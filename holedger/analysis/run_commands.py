@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from holedger.analysis.commands import analysis_group
 from holedger.analysis.grid_commands import _f, _grid_sources, grid_analysis, load_source
+from holedger.analysis.group import analysis_group
 from holedger.output import console, emit_json, plain, settings, table
 
 WHO = ["run", "task", "model", "harness"]
