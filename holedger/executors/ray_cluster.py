@@ -138,6 +138,13 @@ class RayExecutor:
     # ------------------------------------------------------------------ the interface
 
     def check(self, backend: str) -> None:
+        try:  # first the head's port, at once: Ray's own calls wait for a head that is gone
+            socket.create_connection((self.host, self.port), timeout=3).close()
+        except OSError:
+            raise Unavailable(
+                f"the Ray cluster at {self.host}:{self.port} is gone: its head does not answer",
+                hint="start it again; 'holedger run recover RUN' records what it left",
+            ) from None
         try:
             alive = self.nodes(fresh=True)
         except Exception as exc:

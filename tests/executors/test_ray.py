@@ -20,7 +20,7 @@ from holedger.sandboxes import Limits
 
 from .ray_cluster import cluster_fixture
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("ray")]
 
 HARNESS = b"""import sys, time
 text = sys.stdin.read().strip()

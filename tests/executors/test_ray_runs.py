@@ -26,7 +26,7 @@ from holedger.server.service import RunService
 
 from .ray_cluster import cluster_fixture
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")
