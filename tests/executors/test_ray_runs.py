@@ -95,10 +95,15 @@ def test_a_worker_killed_mid_evaluation_its_trials_run_once_more_elsewhere(
             target=lambda: done.update(ev=service.evaluate(run_id, "seed", "dev", None, 1))
         )
         evaluation.start()
-        deadline = time.monotonic() + 120
-        while sum(executor._inflight.values()) < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(3)  # the running trials have called the model and now wait
+        deadline = time.monotonic() + 180
+        # the four running trials have called the model (and now wait): their calls are
+        # recorded before the node goes
+        while time.monotonic() < deadline:
+            link.gateway.flush(5)
+            made = sum(r.type == "GatewayCall" for r in ledger.records(run_id))
+            if made >= 4 and sum(executor._inflight.values()) >= 4:
+                break
+            time.sleep(0.5)
         busy = sorted(n for n, c in executor._inflight.items() if c)
         victim = busy[0]
         node = next(n for n in cluster.worker_nodes if n.node_id == victim)
