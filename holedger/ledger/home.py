@@ -8,10 +8,25 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from holedger.config import Settings
 from holedger.errors import ConfigError, HoledgerError
+from holedger.schemas.events import RunOpened
+
+
+class HomeLedger(Protocol):
+    """What a home's check reads of a ledger; the store's ``Ledger`` is one."""
+
+    def run_ids(self) -> list[str]: ...
+    def run_terms(self, run_id: str) -> RunOpened: ...
+    def close(self) -> None: ...
+
+
+# Opens a ledger URL without creating tables (given by the store: no import of it here).
+OpenLedger = Callable[[str], HomeLedger]
 
 
 def _own_ledger(settings: Settings) -> bool:
@@ -31,7 +46,7 @@ def _ledger_exists(settings: Settings) -> bool:
     return True
 
 
-def home_runs(settings: Settings) -> tuple[list[str], Counter[str]]:
+def home_runs(settings: Settings, open_ledger: OpenLedger) -> tuple[list[str], Counter[str]]:
     """The runs of this home (its run repositories, and every run of a ledger file inside
     the home), and how many of them each signing key signed, by "name key id".
 
@@ -42,10 +57,8 @@ def home_runs(settings: Settings) -> tuple[list[str], Counter[str]]:
     signers: Counter[str] = Counter()
     if not _ledger_exists(settings):
         return sorted(runs), signers
-    from holedger.ledger.store import Ledger
-
     try:
-        ledger = Ledger.open(settings.ledger_url, create_tables=False)
+        ledger = open_ledger(settings.ledger_url)
     except HoledgerError:
         if runs or _own_ledger(settings):
             raise
@@ -85,10 +98,10 @@ def refuse_emptied_ledger(settings: Settings) -> None:
         )
 
 
-def refuse_lost_key(settings: Settings) -> None:
+def refuse_lost_key(settings: Settings, open_ledger: OpenLedger) -> None:
     """Refuse to make a key for a home that has runs: they were signed by a key that is
     gone, and a new one would silently replace its identity."""
-    runs, signers = home_runs(settings)
+    runs, signers = home_runs(settings, open_ledger)
     if not runs:
         return
     by = ", ".join(

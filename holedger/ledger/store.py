@@ -201,7 +201,7 @@ class Ledger:
         else:
             from holedger.ledger.home import refuse_lost_key
 
-            refuse_lost_key(settings)
+            refuse_lost_key(settings, lambda url: Ledger.open(url, create_tables=False))
             key = SigningKey.generate(key_name)
             key.save(settings.key_path)
             settings.pub_path.write_text(key.public.vkey() + "\n")
