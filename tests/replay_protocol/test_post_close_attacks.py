@@ -24,6 +24,7 @@ from holedger.schemas.events import (
     ControlScore,
     OptimizerRead,
     ReadItem,
+    SafetyViolation,
 )
 
 from .runs import DEV, RunWriter, checks, failures_of, honest_search, terms
@@ -131,5 +132,35 @@ def test_a_nomination_signed_by_the_gateway_role_fails_roles(
     assert {n for n, ok in checks(report).items() if not ok} == {"roles"}, report.failures
     assert failures_of(report, "roles") == [
         f"{seq}:CandidateNominated:CandidateNominated signed by the gateway: only the "
+        "server signs it"
+    ]
+
+
+def test_the_sandbox_role_signs_safety_violations_only(
+    ledger: Ledger, replay: Callable[..., ReplayReport]
+) -> None:
+    """The sandbox's key speaks for what it saw a harness attempt: a SafetyViolation it
+    signs verifies; a nomination it signs fails ``roles``."""
+    writer = RunWriter(ledger, terms(seed_commit=SEED))
+    honest_search(writer, SEED, CAND)
+    evidence = ledger.put_blob(b"a write to a read-only path")
+    writer.append(
+        "SafetyViolation",
+        SafetyViolation(
+            category="readonly_write",
+            trial_id="trial-x",
+            detail="write to a read-only path",
+            evidence_digest=evidence,
+        ),
+        role="sandbox",
+    )
+    seq = writer.append("CandidateNominated", CandidateNominated(candidate=CAND), role="sandbox")
+    writer.nominated = True
+    writer.heldout(CAND)
+    writer.scored(CAND)
+    writer.close()
+    report = replay(writer.run_id)
+    assert failures_of(report, "roles") == [
+        f"{seq}:CandidateNominated:CandidateNominated signed by the sandbox: only the "
         "server signs it"
     ]

@@ -1,9 +1,10 @@
 """Who may sign what (``roles``): RunOpened declares a key per role, and a role's key
 speaks only for that role. The gateway signs the calls it forwards or refuses
-(GatewayCall) and what it saw a harness attempt (SafetyViolation); every other event is
-the server's word (its decisions, trials, scores, reads, checkpoints). An event of any
-other type signed by the gateway or sandbox role fails: with keys held apart, a gateway
-key must not be able to record a trial, a score or a nomination.
+(GatewayCall) and what it saw a harness attempt (SafetyViolation); the sandbox signs only
+what it saw a harness attempt (SafetyViolation); every other event is the server's word
+(its decisions, trials, scores, reads, checkpoints). An event of any other type signed by
+the gateway or sandbox role fails: with keys held apart, a gateway or sandbox key must not
+be able to record a trial, a score or a nomination.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ CHECK = "roles"
 SIGNS: dict[str, frozenset[str]] = {
     "server": frozenset(),  # the server may sign any event
     "gateway": frozenset({"GatewayCall", "SafetyViolation"}),
-    "sandbox": frozenset(),
+    "sandbox": frozenset({"SafetyViolation"}),
 }
 
 
@@ -50,6 +51,6 @@ class RolesFold:
             out.check(
                 CHECK,
                 True,
-                f"{counted(self.others, 'event')} signed by the gateway, each a call or a "
-                "safety violation; every other by the server",
+                f"{counted(self.others, 'event')} signed by the gateway or the sandbox, each "
+                "a call or a safety violation; every other by the server",
             )
