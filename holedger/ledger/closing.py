@@ -86,13 +86,20 @@ def is_marked_closed(engine: Engine, run_id: str) -> bool:
 
 def has_run_closed_event(engine: Engine, events_table: str, run_uuid: uuid.UUID) -> bool:
     """Whether the run holds a RunClosed event anywhere (not only as its last events)."""
+    return run_closed_version(engine, events_table, run_uuid) is not None
+
+
+def run_closed_version(engine: Engine, events_table: str, run_uuid: uuid.UUID) -> int | None:
+    """The stream version (seq + 1) of the run's first RunClosed event, or None."""
     sqlite = engine.dialect.name == "sqlite"
     rid: object = run_uuid.bytes if sqlite else run_uuid
     sql = text(
-        f"SELECT 1 FROM {events_table} WHERE originator_id = :rid AND topic = 'RunClosed' LIMIT 1"
+        f"SELECT MIN(originator_version) FROM {events_table} "
+        "WHERE originator_id = :rid AND topic = 'RunClosed'"
     )
     with engine.connect() as conn:
-        return conn.execute(sql, {"rid": rid}).first() is not None
+        row = conn.execute(sql, {"rid": rid}).first()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def register_gateway(engine: Engine) -> str:

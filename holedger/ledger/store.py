@@ -525,15 +525,11 @@ class Ledger:
                 first = self.first_record(run_id)
                 last = self.last_record(run_id)
                 payload = first.payload if first.type == "RunOpened" else {}
-                reason = self._closed(run_id, last.seq) if last.type == "Checkpoint" else None
-                if reason is None and closing.has_run_closed_event(
-                    self.app.engine, self.app.events_table, run_uuid(run_id)
-                ):
-                    reason = "?"  # closed, with events after RunClosed (replay fails it)
-                closed = reason is not None
+                closed = self._run_closed(run_id)
             except VerificationError:
                 infos.append(RunInfo(run_id, "?", "?", 0, "damaged", "?"))
                 continue
+            reason = None if closed is None else str(closed.payload.get("reason", "?"))
             infos.append(
                 RunInfo(
                     run_id=run_id,
@@ -543,23 +539,23 @@ class Ledger:
                     # "aborted": closed by `holedger run abort`, without a score
                     state=("aborted" if reason == "aborted" else "closed") if closed else "open",
                     opened=str(first.envelope["time"]),
-                    closed=str(last.envelope["time"]) if closed else None,
+                    # the RunClosed event's time: an audit's control evaluations (and their
+                    # checkpoints) may follow it
+                    closed=str(closed.envelope["time"]) if closed else None,
                 )
             )
         return sorted(infos, key=lambda info: info.opened)
 
-    def _closed(self, run_id: str, last_seq: int) -> str | None:
-        """The RunClosed reason (``completed``, ``aborted``, ...) of a closed run, else
-        None. A run is closed when its last two events are RunClosed and a Checkpoint."""
-        if last_seq < 1:
+    def _run_closed(self, run_id: str) -> Record | None:
+        """The RunClosed record of a closed run (an audit's control evaluations and their
+        checkpoints may follow it), else None."""
+        rid = run_uuid(run_id)
+        version = closing.run_closed_version(self.app.engine, self.app.events_table, rid)
+        if version is None:
             return None
-        before = self.app.recorder.select_events(
-            run_uuid(run_id), gt=last_seq - 1, lte=last_seq, limit=1
-        )
-        if not before or before[0].topic != "RunClosed":
-            return None
-        reason = self.mapper.to_domain_event(before[0]).payload.get("reason")
-        return str(reason) if reason is not None else "?"
+        found = self.app.recorder.select_events(rid, gt=version - 1, lte=version, limit=1)
+        record: Record | None = self.mapper.to_domain_event(found[0]) if found else None
+        return record
 
     # ---------------------------------------------------------------- blobs
 

@@ -116,3 +116,30 @@ def test_a_control_evaluation_recorded_before_run_closed_fails_audit_controls(
         restore()
     assert report.failed_checks() == ["audit_controls"], report.failures
     assert "before RunClosed: the run's optimizer could be shown it" in report.failures[0].reason
+
+
+def test_run_list_gives_the_run_closed_time_not_the_last_control_evaluations(
+    small_run: tuple[str, str], ledger: Ledger, audited: AuditedRun
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from holedger.cli import cli
+
+    run_id, seed = small_run
+    ledger.close_run(run_id, reason="aborted")
+    ledger.append_many(
+        run_id, [("AuditControlEvaluated", statement(seed, [("dev-0", 0, 1)]), "server")]
+    )
+    records = list(ledger.records(run_id))
+    closed = next(r for r in records if r.type == "RunClosed")
+    assert records[-1].type == "Checkpoint" and records[-2].type == "AuditControlEvaluated"
+    assert records[-1].envelope["time"] > closed.envelope["time"]
+    listed = CliRunner().invoke(
+        cli, ["--home", str(audited.settings.home), "run", "list", "--json"]
+    )
+    assert listed.exit_code == 0, listed.output
+    [row] = [r for r in json.loads(listed.output) if r["run_id"] == run_id]
+    assert row["closed"] == closed.envelope["time"]
+    assert row["state"] == "aborted" and row["events"] == len(records)
