@@ -130,8 +130,9 @@ def demo_cmd(
     Creates the home if needed, pins the seed baseline (first time only), opens a run,
     runs the example optimizer in its own sandbox against the optimizer API, scores the
     nominated candidate on the held-out split, closes, replays and writes an HTML report.
-    Exit 0 when the run verifies and g is above the resolution band, 1 otherwise; 130
-    when interrupted (Ctrl-C), after recording what ran and closing the run as aborted.
+    Exit 0 when the run verifies and its gain is resolved (A5: g > b, the demo's success
+    criterion; |g| <= b is indistinguishable from 0), 1 otherwise; 130 when interrupted
+    (Ctrl-C), after recording what ran and closing the run as aborted.
     --model and --harness (and the other descriptor options) sign who ran the search.
     --protocol solve-evolve runs the task as a solve-evolve run instead (its dev stream in
     batches, the example evolver's one edit or none per step, J against its NONE run);

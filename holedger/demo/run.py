@@ -42,6 +42,7 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.numbers import Mean, amount, quantities_for_json, se_text
 from holedger.output import console, plain
+from holedger.protocol import rules
 from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport, score_text
 from holedger.sandboxes import get_backend
@@ -85,16 +86,14 @@ class DemoSummary:
     seed_score_se: str | None = None
 
     @property
-    def above_band(self) -> bool:
-        return (
-            self.g is not None
-            and self.resolution_band is not None
-            and self.g > self.resolution_band
-        )
+    def band_outcome(self) -> str | None:
+        """A5: resolved gain (g > b), indistinguishable from 0 (|g| <= b), resolved loss."""
+        return rules.band_outcome(self.g, self.resolution_band)
 
     @property
     def ok(self) -> bool:
-        return self.verified and self.above_band
+        """The demo's success criterion: the run verifies and its gain is resolved."""
+        return self.verified and self.band_outcome == rules.RESOLVED_GAIN
 
     def to_json(self) -> dict[str, Any]:
         """The summary as ``demo --json`` prints it; its Fractions become a number and an
@@ -111,7 +110,8 @@ class DemoSummary:
             "cases": self.cases,
             "k": self.k,
             "trials": None if self.cases is None or self.k is None else self.cases * self.k,
-            "above_band": self.above_band,
+            "band_outcome": self.band_outcome,
+            "resolved_gain": self.band_outcome == rules.RESOLVED_GAIN,
             "backend": self.backend,
             "isolation": self.isolation,
             "report": str(self.report),
@@ -546,12 +546,13 @@ def print_summary(out: Console, s: DemoSummary, report: ReplayReport) -> None:
 
     for failure in s.failures:
         line(f"[bold red]problem:[/] {plain(failure)}")
-    band = "above" if s.above_band else "[bold red]not above[/]"
+    judged = rules.band_outcome_text(s.band_outcome, num(s.resolution_band))
+    band = judged if s.band_outcome == rules.RESOLVED_GAIN else f"[bold red]{judged}[/]"
     k = s.k or 0
     plus, zero = se_text(s.test_score_se, k), se_text(s.seed_score_se, k)
     line(f"held-out score E(H+)   {mean(s.test_score)}{plus}  (nominated candidate, test split)")
     line(f"seed baseline  E(H0)   {mean(s.seed_score)}{zero}  (pinned for this task)")
-    line(f"normalized gain g      {num(s.g)}  {band} the resolution band {num(s.resolution_band)}")
+    line(f"normalized gain g      {num(s.g)}  {band}")
     rows = [
         [k, amount(v.get("used")), amount(v.get("limit")), v.get("percent")]
         for k, v in s.budget.items()

@@ -432,15 +432,45 @@ def normalized_gain(e_plus: Fraction, e0: Fraction) -> Fraction | None:
     return (e_plus - e0) / (1 - e0)
 
 
+# A5's three outcomes of a gain against the task's resolution band b (two-sided; the
+# inequality is strict: reading, not stated).
+RESOLVED_GAIN = "resolved gain"  # g > b
+INDISTINGUISHABLE = "indistinguishable from 0"  # |g| <= b
+RESOLVED_LOSS = "resolved loss"  # g < -b
+
+
+def band_outcome(g: Fraction | None, band: Fraction | None) -> str | None:
+    """Which of A5's outcomes ``g`` has against ``band``: resolved (|g| > b) as a gain or a
+    loss, else indistinguishable from 0 (|g| <= b); None when g or the band is unknown."""
+    if g is None or band is None:
+        return None
+    if abs(g) <= band:
+        return INDISTINGUISHABLE
+    return RESOLVED_GAIN if g > 0 else RESOLVED_LOSS
+
+
+def band_outcome_text(outcome: str | None, band: str) -> str:
+    """How replay, the report and the demo say an outcome (``band`` already formatted)."""
+    if outcome is None:
+        return f"g undefined; resolution band {band}"
+    rule = "|g| <= b" if outcome == INDISTINGUISHABLE else "|g| > b"
+    return f"{outcome}: {rule}, resolution band {band}"
+
+
 __all__ = [
     "BASELINE_OPTIMIZER",
+    "INDISTINGUISHABLE",
     "MAX_SHOWN_ANSWERS_BYTES",
     "MAX_SHOWN_ANSWER_BYTES",
     "RESCORE_OPTIMIZER",
+    "RESOLVED_GAIN",
+    "RESOLVED_LOSS",
     "TrialView",
     "add_use",
     "answer_bytes",
     "answer_digest",
+    "band_outcome",
+    "band_outcome_text",
     "budget_decision",
     "expected_score",
     "fetchable_digests",

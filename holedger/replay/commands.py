@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 from holedger.ledger.keys import PublicKey, load_trusted_keys
 from holedger.numbers import amount
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
+from holedger.protocol.rules import band_outcome_text
 from holedger.replay.report import ReplayReport, counted, score_text, scores_mean_text
 
 
@@ -94,11 +95,15 @@ def print_scores(report: ReplayReport) -> None:
     out = console()
     scores = report.sections.get("scores")
     if isinstance(scores, dict) and scores.get("scored"):
-        beyond = "above" if scores.get("exceeds_band") else "not above"
+        outcome = scores.get("band_outcome")
+        judged = band_outcome_text(
+            outcome if isinstance(outcome, str) else None,
+            score_text(scores.get("resolution_band")),
+        )
         out.print(
             f"scores: {plain(report.judged_on)}E(H+) {scores_mean_text(scores, 'e_h_plus')}; "
             f"E(H0) {scores_mean_text(scores, 'e_h0')}; g {score_text(scores.get('g'))} "
-            f"({beyond} the resolution band {score_text(scores.get('resolution_band'))})"
+            f"({judged})"
         )
     leakage = report.sections.get("leakage")
     if isinstance(leakage, dict):

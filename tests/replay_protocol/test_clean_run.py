@@ -89,8 +89,43 @@ def test_scores_section_reports_gain_and_band(
     assert scores["e_h_plus"] == rational_to_str(e_plus)
     assert scores["e_h0"] == "1/3"
     assert scores["g"] == rational_to_str(g)
-    assert scores["exceeds_band"] == (g > Fraction(1, 20))
+    # CAND's per-case means 1/4, 1/4, 1/4, 3/4: E(H+) = 3/8, g = (3/8 - 1/3) / (2/3) = 1/16
+    assert g == Fraction(1, 16)
+    assert scores["band_outcome"] == "resolved gain"  # 1/16 > 1/20
     assert scores["cases"] == len(TEST)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "band", "outcome"),
+    [
+        # "d": per-case means 0, 1/2, 3/4, 0; E(H+) = 5/16; g = (5/16 - 1/3) / (2/3) = -1/32
+        ("d" * 40, Fraction(1, 64), "resolved loss"),  # g < -b
+        ("d" * 40, Fraction(1, 32), "indistinguishable from 0"),  # |g| = b: the boundary
+        ("d" * 40, Fraction(1, 20), "indistinguishable from 0"),  # |g| < b, g < 0
+        # "1": per-case means 0, 3/4, 1/2, 1/4; E(H+) = 3/8; g = 1/16
+        ("1" * 40, Fraction(1, 20), "resolved gain"),  # g > b
+        ("1" * 40, Fraction(1, 16), "indistinguishable from 0"),  # g = b: the boundary
+        ("1" * 40, Fraction(1, 10), "indistinguishable from 0"),  # 0 < g < b
+    ],
+)
+def test_replay_says_which_of_a5s_three_outcomes_g_has(
+    ledger: Ledger,
+    replay: Callable[..., ReplayReport],
+    candidate: str,
+    band: Fraction,
+    outcome: str,
+) -> None:
+    writer = RunWriter(ledger, terms(seed_commit=SEED).model_copy(update={"resolution_band": band}))
+    honest_search(writer, SEED, candidate)
+    honest_finish(writer, candidate)
+    report = replay(writer.run_id)
+    assert report.verified, report.failures
+    scores = report.sections["scores"]
+    assert (scores["g"], scores["resolution_band"]) == (
+        rational_to_str(Fraction(-1, 32) if candidate[0] == "d" else Fraction(1, 16)),
+        rational_to_str(band),
+    )
+    assert scores["band_outcome"] == outcome
 
 
 def test_leakage_audit_lists_every_projection_by_digest(

@@ -248,3 +248,33 @@ def test_expected_score_is_the_mean_of_per_case_means_and_gain_is_normalised() -
     assert rules.normalized_gain(Fraction(1), Fraction(1)) is None
     with pytest.raises(ValueError, match="no values"):
         rules.mean([])
+
+
+def test_a_gain_against_the_band_is_one_of_a5s_three_outcomes_two_sided() -> None:
+    b = Fraction(1, 20)
+    # E(H0) = 1/2, E(H+) = 3/4: g = (1/4) / (1/2) = 1/2 > 1/20, a resolved gain
+    assert rules.band_outcome(rules.normalized_gain(Fraction(3, 4), Fraction(1, 2)), b) == (
+        rules.RESOLVED_GAIN
+    )
+    # E(H+) = 1/4: g = -1/2 < -1/20, a resolved loss (one-sided "not above" hid it)
+    assert rules.band_outcome(rules.normalized_gain(Fraction(1, 4), Fraction(1, 2)), b) == (
+        rules.RESOLVED_LOSS
+    )
+    # E(H0) = 3/5, E(H+) = 31/50: g = (1/50) / (2/5) = 1/20 = b, the boundary: |g| <= b
+    g = rules.normalized_gain(Fraction(31, 50), Fraction(3, 5))
+    assert g == b and rules.band_outcome(g, b) == rules.INDISTINGUISHABLE
+    # and on the other side: E(H+) = 29/50, g = -1/20 = -b, indistinguishable too
+    g = rules.normalized_gain(Fraction(29, 50), Fraction(3, 5))
+    assert g == -b and rules.band_outcome(g, b) == rules.INDISTINGUISHABLE
+    # just past the boundary on both sides: |g| = 1/20 + 1/1000 > b
+    assert rules.band_outcome(Fraction(51, 1000), b) == rules.RESOLVED_GAIN
+    assert rules.band_outcome(Fraction(-51, 1000), b) == rules.RESOLVED_LOSS
+    assert rules.band_outcome(Fraction(49, 1000), b) == rules.INDISTINGUISHABLE
+    assert rules.band_outcome(Fraction(0), Fraction(0)) == rules.INDISTINGUISHABLE
+    assert rules.band_outcome(None, b) is None  # g undefined at E(H0) = 1
+    assert rules.band_outcome_text(rules.RESOLVED_LOSS, "0.050") == (
+        "resolved loss: |g| > b, resolution band 0.050"
+    )
+    assert rules.band_outcome_text(rules.INDISTINGUISHABLE, "0.050") == (
+        "indistinguishable from 0: |g| <= b, resolution band 0.050"
+    )

@@ -215,7 +215,7 @@ def test_server_run_budget_table_and_scores_are_re_derived(
     assert "1 rejected" in {c.name: c.detail for c in report.checks}["budget"]
     scores = report.sections["scores"]
     assert (scores["e_h_plus"], scores["e_h0"], scores["g"]) == ("1", "0", "1")
-    assert scores["exceeds_band"] is True
+    assert scores["band_outcome"] == "resolved gain"  # g = 1 > 1/20
     assert scores["e_h0_source"] == "pinned seed baseline"
 
 

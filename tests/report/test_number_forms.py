@@ -91,10 +91,16 @@ def test_g_against_the_band_has_one_wording_in_replay_and_the_demo(
     code, text = _cli(cfg, "replay", run_id)
     assert code in (0, 1), text  # the synthetic run need not verify: its scores are shown
     said = " ".join(text.split())
-    assert "g 0.850 (above the resolution band 0.050)" in said, text
+    assert "g 0.850 (resolved gain: |g| > b, resolution band 0.050)" in said, text
     # E(H+) = 9/10 over 5 test cases x K = 2: a score total of 9 of 10 trials
     assert "E(H+) 0.900: 9 of 10 trials over 5 cases" in said, text
-    for g, says in ((Fraction(7, 10), "above"), (Fraction(1, 50), "not above")):
+    for g, says, ok in (
+        (Fraction(7, 10), "resolved gain: |g| > b", True),
+        (Fraction(1, 50), "indistinguishable from 0: |g| <= b", False),
+        (Fraction(1, 20), "indistinguishable from 0: |g| <= b", False),  # |g| = b
+        (Fraction(-1, 20), "indistinguishable from 0: |g| <= b", False),  # |g| = b
+        (Fraction(-7, 10), "resolved loss: |g| > b", False),
+    ):
         summary = DemoSummary(
             run_id=run_id,
             verified=True,
@@ -121,5 +127,7 @@ def test_g_against_the_band_has_one_wording_in_replay_and_the_demo(
         buffer = io.StringIO()
         print_summary(Console(file=buffer, width=120, highlight=False), summary, report)
         out = buffer.getvalue()
-        assert f"{says} the resolution band 0.050" in out, out
-        assert "exceed" not in out and "NOT" not in out
+        assert f"{says}, resolution band 0.050" in " ".join(out.split()), out
+        assert "exceed" not in out and "NOT" not in out and "above" not in out
+        # the demo's success criterion is a resolved gain, named as such
+        assert summary.ok is ok and summary.to_json()["resolved_gain"] is ok

@@ -161,7 +161,9 @@ class ScoresFold:
             "e_h_plus_se": None if e_plus_error is None else e_plus_error.se,
             "e_h0_se": None if e0_error is None else e0_error.se,
             "resolution_band": _r(band),
-            "exceeds_band": g is not None and g > band,
+            # A5, two-sided: resolved gain (g > b), indistinguishable from 0 (|g| <= b) or
+            # resolved loss (g < -b); None when g is undefined (E(H0) = 1).
+            "band_outcome": rules.band_outcome(g, band),
             "recorded": {
                 "e_h_plus": _r(scored.e_h_plus),
                 "e_h0": _r(scored.e_h0),

@@ -8,6 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from holedger.numbers import Mean
+from holedger.protocol import rules
 from holedger.replay.html.data import RunData, as_fraction, per_case_scores
 from holedger.replay.html.markup import Markup, esc, fmt_score, html_table, section
 from holedger.replay.html.plots import PLOT_W, Bar, bar_rows, label, svg
@@ -38,13 +39,13 @@ def held_out_section(report: ReplayReport, data: RunData) -> str:
         Bar("seed harness E(H0)", float(e0 or 0), _bar_text(e0, se0), "seed", se0),
         Bar("nominated E(H+)", float(e_plus), _bar_text(e_plus, se_plus), "nominated", se_plus),
     ]
-    above = g is not None and band is not None and g > band
-    if isinstance(scores, dict) and isinstance(scores.get("exceeds_band"), bool):
-        above = bool(scores["exceeds_band"])
+    outcome = rules.band_outcome(g, band)
+    if isinstance(scores, dict) and isinstance(scores.get("band_outcome"), str):
+        outcome = str(scores["band_outcome"])
+    cls = {rules.RESOLVED_GAIN: "ok", rules.RESOLVED_LOSS: "bad"}.get(outcome or "", "muted")
     g_text = (
-        f"<p class='big'>g = {fmt_score(g)} "
-        f"<span class='{'ok' if above else 'bad'}'>"
-        f"{'above' if above else 'not above'} the resolution band {fmt_score(band)}</span></p>"
+        f"<p class='big'>g = {fmt_score(g)} <span class='{cls}'>"
+        f"{esc(rules.band_outcome_text(outcome, fmt_score(band)))}</span></p>"
     )
     counts = ""
     if nominee and k:
