@@ -38,12 +38,12 @@ from typing import Any
 
 from holedger.config import Settings
 from holedger.demo.grid import Cell, Grid
+from holedger.demo.optimizer_log import save_optimizer_log
 from holedger.demo.run import (
     RunFollower,
     choose_backend,
     optimizer_spec,
     prepare_optimizer_dir,
-    save_optimizer_log,
     start_private_server,
 )
 from holedger.errors import HoledgerError, NotFoundError, UsageError

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from holedger.config import Settings
 from holedger.demo.interrupt import in_daemon_thread, interrupted
+from holedger.demo.optimizer_log import replay_command, save_optimizer_log
 from holedger.demo.run import (
     DEMO_TASK,
     OPTIMIZER_LIMITS,
@@ -28,8 +29,6 @@ from holedger.demo.run import (
     choose_backend,
     free_ports,
     prepare_optimizer_dir,
-    replay_command,
-    save_optimizer_log,
 )
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from holedger.config import Settings
+from holedger.demo.optimizer_log import replay_command, save_optimizer_log
 
 if TYPE_CHECKING:
     from holedger.sandboxes.spec import SandboxResult
@@ -107,7 +108,6 @@ def interrupted(
 ) -> None:
     """Record what ran and close the run as aborted (see interrupt.py); then the caller
     re-raises the interrupt (exit 130)."""
-    from holedger.demo.run import replay_command, save_optimizer_log
     from holedger.output import plain
     from holedger.server.lifecycle import abort_run
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import shutil
 import socket
 import tempfile
@@ -37,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from holedger.audit.html import audits_section
 from holedger.config import Settings
 from holedger.demo.interrupt import in_daemon_thread, interrupted, opened_meanwhile
+from holedger.demo.optimizer_log import replay_command, save_optimizer_log
 from holedger.errors import SandboxError
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
@@ -217,35 +217,6 @@ def optimizer_spec(
         limits=OPTIMIZER_LIMITS,
         label=f"optimizer-{run_id[:8]}",
     )
-
-
-def parse_log(stdout: bytes) -> list[dict[str, Any]]:
-    """The optimizer's log: one JSON object per line of its stdout (other lines skipped)."""
-    entries = []
-    for line in stdout.decode("utf-8", "replace").splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                continue
-    return entries
-
-
-def replay_command(cfg: Settings, run_id: str) -> str:
-    parts = ["holedger"]
-    if cfg.home != Settings.resolve(".holedger").home:
-        parts += ["--home", _quote(str(cfg.home))]
-    if cfg.ledger_url != Settings.resolve(cfg.home).ledger_url:
-        parts += ["--ledger", _quote(cfg.ledger_url)]
-    parts += ["replay", run_id]
-    return " ".join(parts)
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 class RunFollower:
@@ -450,17 +421,6 @@ def run_demo(
     if not as_json:
         print_summary(out, summary, report)
     return summary
-
-
-def save_optimizer_log(cfg: Settings, run_id: str, result: SandboxResult) -> Path:
-    """The optimizer's log (its stdout, one JSON object a line) and its stderr, kept
-    beside the run's report."""
-    cfg.reports_dir.mkdir(parents=True, exist_ok=True)
-    log_path = cfg.reports_dir / f"{run_id}.optimizer.jsonl"
-    log = parse_log(result.stdout)
-    log_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in log))
-    (cfg.reports_dir / f"{run_id}.optimizer.stderr.txt").write_bytes(result.stderr)
-    return log_path
 
 
 @contextmanager

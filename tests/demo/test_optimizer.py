@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from holedger.demo.optimizer import optimizer as opt
-from holedger.demo.run import OPTIMIZER_SOURCE, parse_log, prepare_optimizer_dir
+from holedger.demo.optimizer_log import parse_log
+from holedger.demo.run import OPTIMIZER_SOURCE, prepare_optimizer_dir
 
 TASK_ROOT = Path(__file__).resolve().parents[2] / "holedger" / "tasks" / "bundled" / "officeqa-lite"
 
