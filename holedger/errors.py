@@ -7,6 +7,8 @@ missing object, 3 for everything else that went wrong.
 
 from __future__ import annotations
 
+from holedger.untrusted import escape_text
+
 
 class HoledgerError(Exception):
     """Base of every error holedger raises on purpose."""
@@ -23,8 +25,6 @@ class HoledgerError(Exception):
 
     def one_line(self) -> str:
         """The message and the hint, on one line, as the CLI prints it."""
-        from holedger.schemas.untrusted import escape_text
-
         text = self.message.replace("\n", " ")
         if self.hint:
             text += f" (hint: {self.hint})"

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from holedger.config import Settings
 from holedger.numbers import for_json
-from holedger.schemas.untrusted import escape_text, is_safe
+from holedger.untrusted import escape_text, is_safe
 
 
 def settings(ctx: click.Context) -> Settings:

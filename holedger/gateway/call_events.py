@@ -21,7 +21,7 @@ from holedger.gateway.fallback import refused_events as refused
 from holedger.gateway.recorder import EventRoom, Events, EventWriter, Submission
 from holedger.schemas.canonical import canonical_json, has_utf8_form
 from holedger.schemas.events import GatewayCall, SafetyViolation, TokenUsage
-from holedger.schemas.untrusted import escape_text
+from holedger.untrusted import escape_text
 
 log = logging.getLogger("holedger.gateway")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from holedger.schemas.untrusted import escape_text
+from holedger.untrusted import escape_text
 
 # Where things appear inside every isolated backend; the same paths in bwrap and docker.
 CODE_DIR = "/code"

@@ -26,9 +26,9 @@ from holedger.protocol.rules import trial_score
 from holedger.sandboxes import Limits, SandboxResult
 from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import SafetyViolation, TokenUsage, TrialCompleted
-from holedger.schemas.untrusted import escape_text
 from holedger.server.candidates import CandidateRepo
 from holedger.server.executor import Executor, GatewayRoute, TrialPlan
+from holedger.untrusted import escape_text
 
 # The trial id of a lost trial's second attempt: the first's id and this.
 RETRY_SUFFIX = "-retry"

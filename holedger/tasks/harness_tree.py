@@ -25,7 +25,7 @@ from typing import Any
 import pygit2
 
 from holedger.errors import PolicyError, UsageError
-from holedger.schemas.untrusted import escape_text, is_safe
+from holedger.untrusted import escape_text, is_safe
 
 COMMIT_NAME = "holedger"
 COMMIT_EMAIL = "candidates@holedger.invalid"

@@ -9,7 +9,9 @@ from typing import Any
 import openai
 import pytest
 
+from holedger.gateway.formats import FORMATS
 from holedger.ledger.store import Ledger
+from holedger.protocol.endpoints import METERED_PATHS, MODEL_PATHS
 from holedger.replay.checks.gateway import GatewayFold
 from holedger.replay.report import ReplayReport
 from holedger.replay.runs import replay_run as full_replay
@@ -178,3 +180,11 @@ def test_a_model_outside_the_allow_list_recorded_as_allowed_fails(
     report = copy_run(env, tmp_path, swap)
     assert "gateway_allowlist" in report.failed_checks()
     close_env(env)
+
+
+def test_replay_knows_every_endpoint_the_gateway_serves() -> None:
+    # Replay reads the endpoints from the protocol, not from the gateway: a format served
+    # on a path the protocol does not list would have its calls' allow-list and
+    # reservations go unchecked.
+    assert set(FORMATS) == MODEL_PATHS
+    assert "/v1/messages/count_tokens" in METERED_PATHS  # reserves its prompt's bound

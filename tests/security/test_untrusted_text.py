@@ -20,7 +20,7 @@ from holedger.replay.html import build_report
 from holedger.replay.runs import replay_run
 from holedger.sandboxes.spec import Backend, Limits, Observation, SandboxSpec
 from holedger.schemas.events import SafetyViolation
-from holedger.schemas.untrusted import escape_text, is_safe
+from holedger.untrusted import escape_text, is_safe
 
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\u202eevil\u200b\x9b31m\n\r\x00"
 

@@ -188,7 +188,7 @@ def test_immutable_paths_cannot_change(service: RunService, tiny: ServerTask, ch
     "name", ["harness/\x1b[2J.py", "harness/evil\u202eyp.py", "harness/a\u200bb.py", "x\n.py"]
 )
 def test_paths_with_control_or_format_characters_are_refused(name: str) -> None:
-    from holedger.schemas.untrusted import is_safe
+    from holedger.untrusted import is_safe
 
     with pytest.raises(CandidateRefused, match="control or format character") as refused:
         clean_path(name)

@@ -10,8 +10,8 @@ import pytest
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.schemas.untrusted import is_safe
 from holedger.server.service import RunService
+from holedger.untrusted import is_safe
 
 from .helpers import assert_replay_verifies
 from .tinytask import make_task, write_seed

@@ -1,8 +1,9 @@
 """The wire formats the gateway serves, one module each, by the path they are served on.
 
-Adding a format: subclass :class:`~holedger.gateway.formats.base.WireFormat` (parse,
-rewrite, usage, error shape, stream pump) and list it in ``FORMATS``; the gateway's
-checks, budget and recording apply to it unchanged.
+Adding a format: name its path in :mod:`holedger.protocol.endpoints` (and whether it is
+metered), subclass :class:`~holedger.gateway.formats.base.WireFormat` (parse, rewrite,
+usage, error shape, stream pump) and list it in ``FORMATS``; the gateway's checks, budget
+and recording, and replay's, apply to it unchanged.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ FORMATS: dict[str, WireFormat] = {
     fmt.path: fmt
     for fmt in (CHAT, ResponsesFormat(), EmbeddingsFormat(), MessagesFormat(), CountTokensFormat())
 }
-# Endpoints whose calls hold a reservation (replay expects one for each allowed call).
-METERED_PATHS = frozenset(path for path, fmt in FORMATS.items() if fmt.metered)
 
 
 def format_for_path(path: str) -> WireFormat | None:
@@ -29,7 +28,6 @@ def format_for_path(path: str) -> WireFormat | None:
 __all__ = [
     "CHAT",
     "FORMATS",
-    "METERED_PATHS",
     "Limits",
     "Rewritten",
     "SsePump",

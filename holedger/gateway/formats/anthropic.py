@@ -25,6 +25,7 @@ from holedger.gateway.formats import base
 from holedger.gateway.formats.anthropic_beta import refuse_betas
 from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import MAX_OUTPUT_TOKENS, Bound
+from holedger.protocol import endpoints
 from holedger.schemas.events import TokenUsage
 
 DEFAULT_VERSION = "2023-06-01"
@@ -97,7 +98,7 @@ class MessagesFormat(WireFormat):
     """Anthropic Messages, with Anthropic's headers and error objects."""
 
     name = "messages"
-    path = "/v1/messages"
+    path = endpoints.MESSAGES
     providers = frozenset({"anthropic", "simulator"})
     limit_field = "max_tokens"
     required_limit = True
@@ -159,7 +160,7 @@ class CountTokensFormat(MessagesFormat):
     place in the budget's decisions), settled at 0 tokens (the provider charges none)."""
 
     name = "count_tokens"
-    path = "/v1/messages/count_tokens"
+    path = endpoints.COUNT_TOKENS
     required_limit = False
     stream_field = None
 

@@ -18,6 +18,7 @@ from holedger.gateway.denial import Denial, invalid
 from holedger.gateway.formats.fetched import refuse_fetched
 from holedger.gateway.limits import Bound, OutOfBounds, check_bounds
 from holedger.gateway.wire import split_sse, sse_data
+from holedger.protocol import endpoints
 from holedger.schemas.canonical import has_utf8_form
 from holedger.schemas.events import TokenUsage
 
@@ -250,8 +251,12 @@ class WireFormat:
     path: ClassVar[str]  # the gateway's path, e.g. /v1/responses
     providers: ClassVar[frozenset[str]]  # upstream providers that speak it
     limit_field: ClassVar[str]  # the request's output limit, named in budget refusals
-    metered: ClassVar[bool] = True  # holds a reservation (False: answers cost no tokens)
     stream_field: ClassVar[str | None] = "stream"
+
+    @property
+    def metered(self) -> bool:
+        """Whether a call holds a reservation (the protocol's list of endpoints says)."""
+        return endpoints.METERED[self.path]
 
     @property
     def upstream_path(self) -> str:

@@ -20,6 +20,7 @@ from holedger.gateway.denial import invalid
 from holedger.gateway.formats import base
 from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import CHAT_BOUNDS
+from holedger.protocol import endpoints
 from holedger.schemas.events import TokenUsage
 
 # Tools whose calls the client runs: any other type is run by the upstream.
@@ -60,7 +61,7 @@ class ChatFormat(WireFormat):
     """Chat Completions: the reservation reads ``n`` and both output limits."""
 
     name = "chat"
-    path = "/v1/chat/completions"
+    path = endpoints.CHAT_COMPLETIONS
     providers = base.OPENAI_PROVIDERS
     limit_field = "max_tokens"
 

@@ -14,6 +14,7 @@ from holedger.gateway.formats import base
 from holedger.gateway.formats.base import Limits, Rewritten, SsePump, WireFormat
 from holedger.gateway.formats.chat import openai_usage
 from holedger.gateway.limits import Bound
+from holedger.protocol import endpoints
 from holedger.schemas.events import TokenUsage
 
 
@@ -21,7 +22,7 @@ class EmbeddingsFormat(WireFormat):
     """Embeddings: input only, never streamed."""
 
     name = "embeddings"
-    path = "/v1/embeddings"
+    path = endpoints.EMBEDDINGS
     providers = base.OPENAI_PROVIDERS
     limit_field = "input"
     stream_field = None

@@ -23,6 +23,7 @@ from holedger.gateway.denial import invalid
 from holedger.gateway.formats import base
 from holedger.gateway.formats.base import Limits, Rewritten, SsePump, UsageError, WireFormat
 from holedger.gateway.limits import MAX_OUTPUT_TOKENS, Bound
+from holedger.protocol import endpoints
 from holedger.schemas.events import TokenUsage
 
 # Tools whose calls the client runs: everything else is run by the provider.
@@ -56,7 +57,7 @@ class ResponsesFormat(WireFormat):
     """The Responses API: the whole context must be in the request."""
 
     name = "responses"
-    path = "/v1/responses"
+    path = endpoints.RESPONSES
     providers = base.OPENAI_PROVIDERS
     limit_field = "max_output_tokens"
 

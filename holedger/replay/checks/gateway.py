@@ -23,8 +23,8 @@ from collections.abc import MutableSequence
 from itertools import chain
 from typing import NamedTuple
 
-from holedger.gateway.formats import FORMATS, METERED_PATHS
 from holedger.ledger.records import Record
+from holedger.protocol.endpoints import COUNT_TOKENS, METERED_PATHS, MODEL_PATHS
 from holedger.protocol.tokens import budget_denial, optimizer_cap
 from holedger.replay.inputs import CheckContext
 from holedger.replay.report import ReportBuilder
@@ -36,12 +36,9 @@ from holedger.schemas.events import (
     TrialCompleted,
 )
 
-# Endpoints whose allowed calls hold a reservation, and those whose calls the allow-list
-# decides (every wire format).
-METERED = METERED_PATHS
-MODEL_CALLS = frozenset(FORMATS)
-# Logs written before count_tokens was metered hold its calls unreserved, charged 0.
-COUNT_TOKENS = "/v1/messages/count_tokens"
+# The allowed calls of a METERED_PATHS endpoint hold a reservation; the allow-list decides
+# the calls of every MODEL_PATHS endpoint. Logs written before count_tokens was metered
+# hold its calls unreserved, charged 0.
 
 
 def _free(call: GatewayCall) -> bool:
@@ -299,7 +296,7 @@ class GatewayFold:
             return
         listed = call.model_requested in self.models
         log = self._call_failures
-        if call.allowed and call.endpoint in MODEL_CALLS and not listed:
+        if call.allowed and call.endpoint in MODEL_PATHS and not listed:
             log.add(seq, _ALLOWED_UNLISTED, log.text(call.model_requested))
         if call.code == "model_not_allowed" and listed:
             log.add(seq, _DENIED_LISTED, log.text(call.model_requested))
@@ -313,7 +310,7 @@ class GatewayFold:
             self._s_total.append(call.tokens.total)
             self._settled_total += call.tokens.total
             self._reserved_total += call.reserved
-        if call.allowed and call.endpoint in METERED and index is None and not _free(call):
+        if call.allowed and call.endpoint in METERED_PATHS and index is None and not _free(call):
             self._budget_failures.add(seq, _NO_RESERVATION)
         if index is not None or call.code == "budget_exhausted":
             state = call.budget

@@ -13,12 +13,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from holedger.numbers import amount, decimal
-from holedger.schemas.untrusted import escape_text
+from holedger.untrusted import escape_text
 
 
 def esc(value: Any) -> str:
     """``value`` as HTML text: markup escaped, and no control character, escape sequence
-    or bidi override of it left raw (``holedger.schemas.untrusted``)."""
+    or bidi override of it left raw (``holedger.untrusted``)."""
     return html.escape(escape_text(str(value)), quote=True)
 
 

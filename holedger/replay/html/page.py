@@ -20,7 +20,7 @@ from holedger.replay.html.sections import (
     verdict_section,
 )
 from holedger.replay.report import ReplayReport
-from holedger.schemas.untrusted import escape_text
+from holedger.untrusted import escape_text
 
 SECTION_IDS = (
     "verdict",
