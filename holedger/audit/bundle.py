@@ -1,14 +1,17 @@
 """An audits bundle: a run's audits, portable, verifiable without the ledger they came from.
 
 ``holedger audit export RUN -o FILE`` writes one file (JSON Lines, format
-``holedger-audits`` version 1): a header naming the run and its audits, then every record
+``holedger-audits`` version 2): a header naming the run and its audits, then every record
 of each audit, every record of the audited run, of the control runs its audits name and of
-the run's pinned seed-baseline run, each as the exact stored bytes (base64), and every
-blob those records name that the ledger holds. ``holedger audit verify --bundle FILE``
+the run's pinned seed-baseline run, each as the exact stored bytes (base64), every blob
+those records name that the ledger holds, and what the detector findings and the B6 strata
+are recomputed from (holedger.audit.carried): the task (spec and cases) under the task
+digest the run signed, and the trees of the seed and of H^ under the git tree ids the run
+committed, each file once by its git blob id. ``holedger audit verify --bundle FILE``
 verifies each audit from the file alone, with the checks of ``audit verify``: the runs
-replay from their bundled records, and every number is recomputed from them. The
-detector findings and the strata also need the task and the candidates' code, which the
-file does not carry: they are reported as skipped.
+replay from their bundled records, the carried task and trees are pinned to the run's
+digests (check ``evidence``), and every number is recomputed from them. A version 1 file
+carries no task and no tree: it verifies, saying what it could not recompute.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
 
-from holedger.audit.facts import read_run
+from holedger.audit import carried
+from holedger.audit.facts import RunFacts, read_run
 from holedger.audit.hda import read_audit
 from holedger.audit.log import AuditLog
 from holedger.config import Settings
@@ -37,7 +41,8 @@ from holedger.ledger.store import Ledger
 from holedger.replay.report import ReplayReport
 
 FORMAT = "holedger-audits"
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)  # version 1: written before bundles carried the task and trees
 
 
 def _b64(data: bytes) -> str:
@@ -57,18 +62,22 @@ def _digests(payload: Any) -> Iterator[str]:
             yield from _digests(value)
 
 
-def audits_bytes(ledger: Ledger, run_ref: str) -> tuple[bytes, dict[str, Any]]:
+def audits_bytes(
+    ledger: Ledger, run_ref: str, settings: Settings | None = None
+) -> tuple[bytes, dict[str, Any]]:
     """The run's audits (every audit bound to it) with what verifying them needs, as the
-    bytes of an audits bundle, and a summary."""
+    bytes of an audits bundle, and a summary. With the home's ``settings``, the task and
+    candidate trees the findings and strata are recomputed from go in too, when they are
+    at hand and the ones the run signed."""
     run_id = ledger.resolve_run(run_ref)
     log = AuditLog(ledger.app.engine)
     audits = [a for a in log.audit_ids() if read_audit(log, a).opened.run_id == run_id]
     if not audits:
         raise NotFoundError(f"run {run_id} has no audit", hint="see 'holedger audit list'")
     runs = [run_id]
-    baseline = read_run(run_id, ledger.records(run_id)).baseline_run
-    if baseline is not None and ledger.has_run(baseline):
-        runs.append(baseline)
+    facts = read_run(run_id, ledger.records(run_id))
+    if facts.baseline_run is not None and ledger.has_run(facts.baseline_run):
+        runs.append(facts.baseline_run)
     for audit_id in audits:
         state = read_audit(log, audit_id)
         named = [c.control_run_id for c in state.controls]
@@ -88,14 +97,34 @@ def audits_bytes(ledger: Ledger, run_ref: str) -> tuple[bytes, dict[str, Any]]:
         lines += [{"audit": audit_id, "record": _b64(r.raw)} for r in log.records(audit_id)]
     blobs = sorted({d for d in digests if ledger.has_blob(d)})
     lines += [{"blob": d, "data": _b64(ledger.get_blob(d))} for d in blobs]
-    data = "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) + "\n" for x in lines)
-    summary = {"run_id": run_id, "audits": audits, "runs": runs, "blobs": len(blobs)}
-    return data.encode("utf-8"), summary
+    data = _jsonl(lines)
+    evidence = carried.from_home(settings, facts) if settings is not None else None
+    extra = _jsonl(carried.bundle_lines(evidence, facts)) if evidence is not None else b""
+    summary = {
+        "run_id": run_id,
+        "audits": audits,
+        "runs": runs,
+        "blobs": len(blobs),
+        "evidence": {
+            "task": bool(evidence and evidence.task),
+            "trees": len(evidence.files) if evidence else 0,
+            "bytes": len(extra),
+            "not_carried": (evidence.problems + evidence.missing) if evidence else ["no home"],
+        },
+    }
+    return data + extra, summary
 
 
-def export_audits(ledger: Ledger, run_ref: str, out: Path) -> dict[str, Any]:
+def _jsonl(lines: list[dict[str, Any]]) -> bytes:
+    text = "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) + "\n" for x in lines)
+    return text.encode("utf-8")
+
+
+def export_audits(
+    ledger: Ledger, run_ref: str, out: Path, settings: Settings | None = None
+) -> dict[str, Any]:
     """Write the run's audits bundle to ``out``, whole or not at all."""
-    data, summary = audits_bytes(ledger, run_ref)
+    data, summary = audits_bytes(ledger, run_ref, settings)
     partial = out.with_name(out.name + ".partial")
     partial.write_bytes(data)
     partial.replace(out)
@@ -111,6 +140,13 @@ class BundledRuns:
     raw: dict[str, list[bytes]] = field(default_factory=dict)
     audit_raw: dict[str, list[bytes]] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
+    tasks: dict[str, Any] = field(default_factory=dict)  # task digest -> spec and cases
+    trees: dict[str, Any] = field(default_factory=dict)  # git tree id -> its file listing
+    git_blobs: dict[str, bytes] = field(default_factory=dict)  # git blob id -> bytes
+
+    def evidence(self, run: RunFacts) -> carried.Evidence:
+        """The task and candidate trees carried for ``run``, pinned to its digests."""
+        return carried.from_bundle(self.tasks, self.trees, self.git_blobs, run)
 
     def has_run(self, run_id: str) -> bool:
         return run_id in self.raw
@@ -150,8 +186,8 @@ def parse_bundle(data: bytes, where: str) -> BundledRuns:
         try:
             line = json.loads(text)
             if bundle is None:
-                if line.get("format") != FORMAT or line.get("version") != VERSION:
-                    raise ValueError(f"not a {FORMAT} version {VERSION} file")
+                if line.get("format") != FORMAT or line.get("version") not in READABLE:
+                    raise ValueError(f"not a {FORMAT} file of version 1 or {VERSION}")
                 bundle = BundledRuns(str(line["run_id"]), [str(a) for a in line["audits"]])
             elif "run" in line:
                 bundle.raw.setdefault(str(line["run"]), []).append(
@@ -163,6 +199,14 @@ def parse_bundle(data: bytes, where: str) -> BundledRuns:
                 )
             elif "blob" in line:
                 bundle.blobs[str(line["blob"])] = base64.b64decode(line["data"], validate=True)
+            elif "task" in line:
+                bundle.tasks[str(line["task"])] = {"spec": line["spec"], "cases": line["cases"]}
+            elif "tree" in line:
+                bundle.trees[str(line["tree"])] = list(line["files"])
+            elif "git_blob" in line:
+                bundle.git_blobs[str(line["git_blob"])] = base64.b64decode(
+                    line["data"], validate=True
+                )
             else:
                 raise ValueError("an entry of no known kind")
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
@@ -194,9 +238,16 @@ def verify_audits(
                 raise UsageError(f"{where}: audit {audit_id} has no record in the bundle")
             log.write_raw(audit_id, bundle.audit_raw[audit_id])
         with tempfile.TemporaryDirectory(prefix="holedger-audits-") as home:
-            settings = Settings.resolve(Path(home))  # no task, no code: those are skipped
+            settings = Settings.resolve(Path(home))  # the task and code: from the bundle
             return [
-                verify_audit(settings, bundle, log, audit_id, trusted_keys=trusted_keys)
+                verify_audit(
+                    settings,
+                    bundle,
+                    log,
+                    audit_id,
+                    trusted_keys=trusted_keys,
+                    evidence=bundle.evidence,
+                )
                 for audit_id in bundle.audits
             ]
     except VerificationError as exc:
@@ -210,8 +261,8 @@ def attachment() -> Any:
     --audits`` carries the run's audits bundle, ``verify`` verifies every audit in it."""
     from holedger.bundles.attachments import Attachment, Verdict
 
-    def make(ledger: Any, run_id: str) -> bytes:
-        return audits_bytes(ledger, run_id)[0]
+    def make(ledger: Any, settings: Any, run_id: str) -> bytes:
+        return audits_bytes(ledger, run_id, settings)[0]
 
     def verify(data: bytes, run_id: str, trusted: Sequence[PublicKey]) -> Verdict:
         try:
@@ -227,10 +278,18 @@ def attachment() -> Any:
             if not r.verified
         ]
         rows = [
-            {"audit_id": r.audit_id, "verified": r.verified, "failed_checks": r.failed_checks()}
+            {
+                "audit_id": r.audit_id,
+                "verified": r.verified,
+                "failed_checks": r.failed_checks(),
+                "not_recomputed": r.warnings,
+            }
             for r in reports
         ]
         detail = f"{len(reports)} audits of the run verified from the bundle"
+        skipped = sorted({w for r in reports for w in r.warnings if not w.startswith("auditor")})
+        if skipped:
+            detail += f" (not recomputed: {'; '.join(skipped)})"
         return Verdict(problems, detail, {"audits": rows})
 
     return Attachment("audits", make, verify)

@@ -305,12 +305,13 @@ def verify_cmd(
 @json_option
 @click.pass_context
 def export_cmd(ctx: click.Context, run: str, output: Path, as_json: bool) -> None:
-    """Write RUN's audits, with the records and blobs verifying them needs, to one file
-    ('audit verify --bundle FILE' verifies it without this ledger)."""
+    """Write RUN's audits, with the records and blobs verifying them needs and the task and
+    candidate trees their findings and strata are recomputed from, to one file ('audit
+    verify --bundle FILE' verifies it without this ledger)."""
     from holedger.audit.bundle import export_audits
 
     with _context(ctx, None) as actx:
-        summary = export_audits(actx.ledger, run, output)
+        summary = export_audits(actx.ledger, run, output, actx.settings)
     if as_json:
         emit_json(summary)
     else:
@@ -318,6 +319,14 @@ def export_cmd(ctx: click.Context, run: str, output: Path, as_json: bool) -> Non
             f"wrote {output}: {len(summary['audits'])} audits of run {summary['run_id']}, "
             f"{len(summary['runs'])} runs, {summary['blobs']} blobs"
         )
+        carried = summary["evidence"]
+        if carried["task"] or carried["trees"]:
+            click.echo(
+                f"carried for the findings and strata: {'the task, ' if carried['task'] else ''}"
+                f"{carried['trees']} candidate trees ({carried['bytes']} bytes)"
+            )
+        for reason in carried["not_carried"]:
+            click.echo(f"not carried: {reason} (verifying the file skips what needs it)")
 
 
 def replay_audit(ctx: click.Context, ledger: Any, ref: str, keys: list[Any], as_json: bool) -> None:

@@ -47,9 +47,11 @@ class Trial:
 class RunFacts:
     run_id: str
     seed_commit: str = ""
+    task_digest: str = ""
     optimizer: str = ""
     server_key: dict[str, Any] = field(default_factory=dict)
     parents: dict[str, str | None] = field(default_factory=dict)
+    trees: dict[str, str] = field(default_factory=dict)  # candidate -> git tree id
     trials: list[Trial] = field(default_factory=list)
     responses: dict[str, list[str]] = field(default_factory=dict)  # trial id -> digests
     requests: set[str] = field(default_factory=set)
@@ -86,11 +88,13 @@ def read_run(run_id: str, records: Iterable[Record]) -> RunFacts:
         p = rec.payload
         if rec.type == "RunOpened":
             facts.seed_commit = str(p["terms"]["seed_commit"])
+            facts.task_digest = str(p.get("task_digest", ""))
             facts.optimizer = str(p.get("optimizer", ""))
             facts.server_key = dict(p["keys"]["server"])
             facts.baseline_run = (p.get("seed_baseline") or {}).get("baseline_run_id")
         elif rec.type == "CandidateCommitted":
             facts.parents[str(p["candidate"])] = p.get("parent")
+            facts.trees[str(p["candidate"])] = str(p.get("tree", ""))
         elif rec.type == "EvaluationRequested":
             facts.requests.add(str(p["request_id"]))
         elif rec.type == "DisclosureProjected":

@@ -16,20 +16,26 @@ Checks (each named in the report; a failure names the check and the event):
 * ``controls_undisclosed``: no control evaluation is recorded in the audited run before
   its RunClosed (the optimizer could be shown it), is a request of the audited run (whose
   projections the optimizer saw), nor is run in the audited run;
+* ``evidence``: the task and the candidate trees the findings and the B6 strata are
+  recomputed from (in the home, or carried by an audits bundle) are the ones the run
+  signed: the task hashes to RunOpened's task digest, each tree to the git tree id of its
+  CandidateCommitted (holedger.audit.carried);
 * ``gate``, ``scale``, ``findings``, ``neutral``, ``decomposition``: recomputed and equal
-  to what the audit recorded (``findings`` needs the task at hand, else it is skipped).
+  to what the audit recorded. ``findings`` and the strata need the task and the trees:
+  where they are not at hand, the check says it skipped them and a warning says what was
+  not recomputed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from holedger.audit import compute, stats
-from holedger.audit.detectors import CaseFacts
-from holedger.audit.evidence import added_lines, answers_for, case_facts, held_out
+from holedger.audit.carried import Evidence, from_home
+from holedger.audit.evidence import answers_for, held_out, lines_added
 from holedger.audit.facts import RunFacts, RunStore, Trial, read_run, scores_digest
 from holedger.audit.hda import AuditState, detect_from, read_audit
 from holedger.audit.log import AuditLog, verify_records
@@ -38,7 +44,6 @@ from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
 from holedger.replay.report import counted
-from holedger.server.candidates import CandidateRepo
 from holedger.server.controls import control_label
 
 CHECKS = (
@@ -47,6 +52,7 @@ CHECKS = (
     "run_verified",
     "controls_signed",
     "controls_undisclosed",
+    "evidence",
     "gate",
     "scale",
     "findings",
@@ -62,6 +68,8 @@ class AuditReport:
     checks: dict[str, tuple[bool, str]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # what was recomputed from the task and trees: the detector findings, the B6 strata
+    recomputed: dict[str, Any] = field(default_factory=dict)
 
     def check(self, name: str, problems: Sequence[str], passed: str) -> None:
         self.checks[name] = (not problems, passed if not problems else problems[0])
@@ -86,6 +94,7 @@ class AuditReport:
             "failed_checks": self.failed_checks(),
             "failures": self.failures,
             "warnings": self.warnings,
+            "recomputed": self.recomputed,
             "readings": _readings(),
         }
 
@@ -102,7 +111,10 @@ def verify_audit(
     *,
     trusted_keys: Sequence[PublicKey] = (),
     replay_runs: bool = True,
+    evidence: Callable[[RunFacts], Evidence] | None = None,
 ) -> AuditReport:
+    """Verify an audit against ``ledger`` (a ledger, or an audits bundle's runs); the task
+    and candidate trees come from ``evidence`` (an audits bundle's) or else the home."""
     state = read_audit(log, audit_ref)
     opened = state.opened
     report = AuditReport(state.audit_id, opened.run_id)
@@ -132,10 +144,16 @@ def verify_audit(
     controls, signed = _controls(ledger, state, run, trusted_keys, replay_runs)
     report.check("controls_signed", signed, counted(len(state.controls), "control evaluation"))
     report.check("controls_undisclosed", _undisclosed(state, run), "none shown to the optimizer")
+    held = evidence(run) if evidence is not None else from_home(settings, run)
+    report.check("evidence", held.problems, held.detail())
+    if held.problems:  # nothing is recomputed from a task or tree that is not the run's
+        held = Evidence(held.where, missing=["the task and trees are not the run's"])
+    report.warnings += [f"not recomputed: {m}" for m in held.missing]
     try:
-        _recompute(settings, ledger, state, run, controls, report)
+        _recompute(held, ledger, state, run, controls, report)
     except (HoledgerError, ValueError) as exc:
-        failing = next((n for n in CHECKS[5:] if n not in report.checks), "decomposition")
+        later = CHECKS[CHECKS.index("gate") :]
+        failing = next((n for n in later if n not in report.checks), "decomposition")
         report.check(failing, [f"cannot be recomputed from the logs: {exc}"], "")
     return report
 
@@ -277,7 +295,7 @@ def _undisclosed(state: AuditState, run: RunFacts) -> list[str]:
 
 
 def _recompute(
-    settings: Settings,
+    held: Evidence,
     ledger: RunStore,
     state: AuditState,
     run: RunFacts,
@@ -306,19 +324,26 @@ def _recompute(
     problems = (
         [] if gate.as_json() == recorded else ["the recorded gate is not the one the logs give"]
     )
-    task_cases = _cases(settings, run)
-    tags = (
-        {c.case_id: stats.case_tags(c.input) for c in task_cases.values()} if task_cases else None
-    )
-    if tags is not None and compute.strata(hhat_trials, h0_trials, tags) != state.gate.strata:
-        problems.append("the recorded strata are not the ones the logs give")
-    if task_cases and held_out(ledger, run, task_cases) != {
-        "held_out_strata": state.gate.held_out_strata,
-        "left_out_types": state.gate.left_out_types,
-    }:
-        problems.append("the recorded held-out strata or left-out types are not the logs'")
+    task_cases = held.cases
+    strata_note = ""
+    if task_cases:
+        tags = {c.case_id: stats.case_tags(c.input) for c in task_cases.values()}
+        strata = compute.strata(hhat_trials, h0_trials, tags)
+        outside = held_out(ledger, run, task_cases)
+        report.recomputed.update(strata=strata, **outside)
+        if strata != state.gate.strata:
+            problems.append("the recorded strata are not the ones the logs give")
+        if outside != {
+            "held_out_strata": state.gate.held_out_strata,
+            "left_out_types": state.gate.left_out_types,
+        }:
+            problems.append("the recorded held-out strata or left-out types are not the logs'")
+    else:
+        strata_note = "; B6 strata not recomputed (no task)"
     report.check(
-        "gate", problems, f"dS = {recorded['delta']}, p = {recorded['p_value']}, recomputed"
+        "gate",
+        problems,
+        f"dS = {recorded['delta']}, p = {recorded['p_value']}, recomputed{strata_note}",
     )
     decomposed = state.decomposed
     if not gate.significant:
@@ -330,19 +355,9 @@ def _recompute(
         )
         return
     s_scaled = _scale(ledger, state, hhat_trials, h0_trials, controls, all_cases, gate, report)
-    _findings(settings, ledger, state, run, hhat, hhat_trials, h0_trials, report)
+    _findings(held, ledger, state, run, hhat, hhat_trials, h0_trials, report)
     s_neutral = _neutral(ledger, state, run, hhat, controls, all_cases, gate, report)
     _decomposition(state, run, gate, s_scaled, s_neutral, controls.get("Hval", []), report)
-
-
-def _cases(settings: Settings, run: RunFacts) -> dict[str, CaseFacts]:
-    """The task's cases (all splits), or {} when the task is not at hand."""
-    from holedger.server.service import RunConfig
-
-    try:
-        return case_facts(RunConfig.load(settings, run.run_id).task)
-    except HoledgerError:
-        return {}
 
 
 def _scale(
@@ -380,7 +395,7 @@ def _scale(
 
 
 def _findings(
-    settings: Settings,
+    held: Evidence,
     ledger: RunStore,
     state: AuditState,
     run: RunFacts,
@@ -389,21 +404,16 @@ def _findings(
     h0_trials: list[Trial],
     report: AuditReport,
 ) -> None:
-    cases = _cases(settings, run)
-    if not cases:
-        report.warnings.append(
-            "findings: the task is not at hand; detector findings not re-derived"
-        )
-        report.check("findings", [], "skipped: the task is not at hand")
+    old, new = held.tree(run.seed_commit), held.tree(hhat)
+    if not held.cases or old is None or new is None:
+        report.check("findings", [], "skipped: the task or the candidates' trees not at hand")
         return
-    repo = CandidateRepo(settings.run_repo(run.run_id))
-    found = detect_from(
-        ledger, cases, added_lines(repo, run.seed_commit, hhat), hhat_trials, h0_trials, run
-    )
+    found = detect_from(ledger, held.cases, lines_added(old, new), hhat_trials, h0_trials, run)
+    report.recomputed["findings"] = [f.as_json() for f in found]
     recorded = [f.evidence for f in state.findings if f.source == "detector"]
     problems = (
         []
-        if [f.as_json() for f in found] == recorded
+        if report.recomputed["findings"] == recorded
         else ["the recorded detector findings are not what the detectors find"]
     )
     report.check("findings", problems, f"{len(found)} detector findings re-derived")

@@ -1,7 +1,7 @@
 """Attachments: what a room above this one carries in a run bundle, beside the run.
 
 This room does not read them: a room registers a name with how to make its bytes for a
-run (``make``, for ``export``) and how to verify them (``verify``, for ``verify``), when
+run in a home (``make``, for ``export``) and how to verify them (``verify``, for ``verify``), when
 the command line is built. The audit room registers ``audits`` (a run's audits, see
 docs/AUDITS.md). ``verify`` reports each attachment as a check of its name; one no
 registered room reads is a warning, never passed over silently.
@@ -30,7 +30,7 @@ class Verdict:
 @dataclass(frozen=True)
 class Attachment:
     name: str
-    make: Callable[[Any, str], bytes]  # (ledger, run id) -> bytes
+    make: Callable[[Any, Any, str], bytes]  # (ledger, the home's settings, run id) -> bytes
     verify: Callable[[bytes, str, Sequence[PublicKey]], Verdict]  # (bytes, run id, keys)
 
 

@@ -86,7 +86,9 @@ def export_cmd(
         for path, note in zip(checkpoint_files, notes, strict=True):
             check_export_note(ledger, run_id, path, note)
         exports.append((run_id, output, notes))
-        attached = {"audits": _attachment("audits").make(ledger, run_id)} if with_audits else {}
+        attached = (
+            {"audits": _attachment("audits").make(ledger, cfg, run_id)} if with_audits else {}
+        )
         if baseline_output is not None:
             exports.append((_baseline_run_id(ledger, run_id), baseline_output, []))
         for exported, file, carried in exports:

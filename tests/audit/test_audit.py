@@ -421,15 +421,35 @@ def test_an_audits_bundle_verifies_from_the_file_alone(
     assert exported.exit_code == 0, exported.output
     summary = json.loads(exported.output)
     assert finished["audit_id"] in summary["audits"] and len(summary["runs"]) >= 2
+    carried = summary["evidence"]
+    assert carried["task"] and carried["trees"] == 2 and carried["not_carried"] == []
+    lines = out.read_text().splitlines()
+    extra = [line for line in lines if {"task", "tree", "git_blob"} & set(json.loads(line))]
+    assert carried["bytes"] == sum(len(line) + 1 for line in extra)
     result = run_cli(audited, "audit", "verify", "--bundle", str(out), "--json")
     reports = {r["audit_id"]: r for r in json.loads(result.output)["audits"]}
     mine = reports[finished["audit_id"]]
     assert mine["verified"], mine["failures"]
+    assert mine["warnings"] == []
     checks = {c["name"]: c for c in mine["checks"]}
     assert checks["run_verified"]["ok"] and checks["controls_signed"]["ok"]
-    assert checks["findings"]["detail"] == "skipped: the task is not at hand"
-
-    lines = out.read_text().splitlines()
+    assert checks["evidence"]["detail"].endswith("in the bundle: the ones the run signed")
+    # the findings and the B6 strata recomputed from the bundle alone: the numbers
+    # verifying against the ledger gives, which are the ones the audit recorded
+    home = json.loads(finished["verify"].output)
+    assert home["recomputed"] == mine["recomputed"]
+    assert {c["name"]: c["detail"] for c in home["checks"]} == {
+        **{c["name"]: c["detail"] for c in mine["checks"]},
+        "evidence": checks["evidence"]["detail"].replace("in the bundle", "in the home"),
+    }
+    recorded = finished["hda"]
+    assert mine["recomputed"]["findings"] == [f["evidence"] for f in recorded["findings"]]
+    assert mine["recomputed"]["strata"] == recorded["strata"]
+    assert mine["recomputed"]["held_out_strata"] == recorded["held_out_strata"]
+    assert mine["recomputed"]["left_out_types"] == recorded["left_out_types"]
+    assert (
+        checks["findings"]["detail"] == f"{len(recorded['findings'])} detector findings re-derived"
+    )
 
     def forged(edit: Any) -> Path:
         path = tmp_path / f"forged-{len(list(tmp_path.iterdir()))}.jsonl"
@@ -451,11 +471,14 @@ def test_an_audits_bundle_verifies_from_the_file_alone(
             ).decode()
         return json.dumps(entry)
 
-    def failed_in(path: Path) -> list[str]:
+    def report_of(path: Path) -> dict[str, Any]:
         result = run_cli(audited, "audit", "verify", "--bundle", str(path), "--json")
-        assert result.exit_code == 1, result.output
         by_id = {r["audit_id"]: r for r in json.loads(result.output)["audits"]}
-        return list(by_id[finished["audit_id"]]["failed_checks"])
+        assert result.exit_code == (0 if by_id[finished["audit_id"]]["verified"] else 1)
+        return dict(by_id[finished["audit_id"]])
+
+    def failed_in(path: Path) -> list[str]:
+        return list(report_of(path)["failed_checks"])
 
     # a share changed in the bundled audit: its signature no longer holds
     assert "audit_integrity" in failed_in(forged(lower_share))
@@ -465,6 +488,76 @@ def test_an_audits_bundle_verifies_from_the_file_alone(
     bad.write_text("{}\n")
     error = run_cli(audited, "audit", "verify", "--bundle", str(bad))
     assert "is not a valid audits bundle entry" in one_line_error(error)
+
+
+def test_an_audits_bundle_whose_task_or_tree_was_altered_fails_evidence(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger, tmp_path: Path
+) -> None:
+    from holedger.audit.bundle import audits_bytes
+
+    lines = [
+        json.loads(x)
+        for x in audits_bytes(ledger, audited.run_id, audited.settings)[0].split(b"\n")
+        if x
+    ]
+
+    def failing(edit: Callable[[dict[str, Any]], None]) -> tuple[list[str], str]:
+        path = tmp_path / f"altered-{len(list(tmp_path.iterdir()))}.jsonl"
+        entries = json.loads(json.dumps(lines))
+        for entry in entries:
+            edit(entry)
+        path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+        result = run_cli(audited, "audit", "verify", "--bundle", str(path), "--json")
+        assert result.exit_code == 1, result.output
+        mine = {r["audit_id"]: r for r in json.loads(result.output)["audits"]}[finished["audit_id"]]
+        return mine["failed_checks"], next(c for c in mine["checks"] if c["name"] == "evidence")[
+            "detail"
+        ]
+
+    def other_answer(entry: dict[str, Any]) -> None:
+        if "task" in entry:  # a dev case's expected answer changed, its digest key kept
+            entry["cases"]["dev"][0]["expected"] = "SOMETHING ELSE"
+
+    def other_spec(entry: dict[str, Any]) -> None:
+        if "task" in entry:
+            entry["spec"]["title"] = "another task"
+
+    def other_code(entry: dict[str, Any]) -> None:
+        if "git_blob" in entry:  # a file of the seed or of H^ changed, its blob id kept
+            data = base64.b64decode(entry["data"])
+            if b"KNOWN" in data:
+                entry["data"] = base64.b64encode(data.replace(b"KNOWN", b"TABLE")).decode()
+
+    failed, why = failing(other_answer)
+    assert failed == ["evidence"] and "dev cases do not hash to the split digest" in why
+    failed, why = failing(other_spec)
+    assert failed == ["evidence"] and "does not hash to the task digest" in why
+    failed, why = failing(other_code)
+    assert failed == ["evidence"] and "are not the tree the run committed" in why
+
+
+def test_an_older_audits_bundle_verifies_and_says_what_it_did_not_recompute(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger, tmp_path: Path
+) -> None:
+    from holedger.audit.bundle import audits_bytes
+    from holedger.audit.carried import NOT_CARRIED
+
+    entries = [json.loads(x) for x in audits_bytes(ledger, audited.run_id)[0].split(b"\n") if x]
+    assert not [e for e in entries if {"task", "tree", "git_blob"} & set(e)]  # no home given
+    entries[0]["version"] = 1  # as written before bundles carried the task and trees
+    old = tmp_path / "v1.jsonl"
+    old.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    result = run_cli(audited, "audit", "verify", "--bundle", str(old), "--json")
+    mine = {r["audit_id"]: r for r in json.loads(result.output)["audits"]}[finished["audit_id"]]
+    assert mine["verified"], mine["failures"]
+    checks = {c["name"]: c["detail"] for c in mine["checks"]}
+    assert checks["findings"] == "skipped: the task or the candidates' trees not at hand"
+    assert checks["gate"].endswith("recomputed; B6 strata not recomputed (no task)")
+    assert checks["evidence"] == f"nothing to pin: {NOT_CARRIED}"
+    assert mine["warnings"] == [f"not recomputed: {NOT_CARRIED}"]
+    assert mine["recomputed"] == {}
+    text = run_cli(audited, "audit", "verify", "--bundle", str(old))
+    assert NOT_CARRIED in text.output
 
 
 def test_a_run_bundle_carries_and_verifies_its_audits(
@@ -482,6 +575,7 @@ def test_a_run_bundle_carries_and_verifies_its_audits(
     # named), the honest one verifies (a run with honest audits only: test_val_selection)
     rows = {row["audit_id"]: row for row in report["audits"]["audits"]}
     assert rows[finished["audit_id"]]["verified"]
+    assert rows[finished["audit_id"]]["not_recomputed"] == []  # the task and trees went in
     failing = {f["reason"].split()[1] for f in report["failures"] if f["check"] == "audits"}
     assert finished["audit_id"] not in failing
     assert failing == {a for a, row in rows.items() if not row["verified"]}
