@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from holedger.analysis.csvtable import plain_number
 from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, plain, settings, table
@@ -264,14 +265,14 @@ def lss_cmd(
 
 
 def _fraction(text: str | None, option: str) -> Fraction | None:
+    """A resolution in units of g: a decimal or p/q in [0, 1], as a band is."""
     if text is None:
         return None
-    try:
-        value = Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        raise UsageError(f"{option} {text!r} is not a number") from None
-    if value < 0:
-        raise UsageError(f"{option} {text!r} is negative")
+    value = plain_number(text.strip())
+    if value is None or not 0 <= value <= 1:
+        raise UsageError(
+            f"{option} {text!r} is not a number in [0, 1]", hint="e.g. 0.058, the paper's"
+        )
     return value
 
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from holedger.analysis.csvtable import read_table, table_number
+from holedger.analysis.csvtable import plain_number, read_table, table_number
 from holedger.analysis.facts import FACT_TYPES, RunFacts, facts_of
 from holedger.analysis.grid import Observation
 from holedger.errors import UsageError
@@ -198,14 +198,11 @@ def parse_bands(values: Sequence[str]) -> dict[str, Fraction]:
     bands: dict[str, Fraction] = {}
     for value in values:
         task, sep, text = value.partition("=")
-        try:
-            band = Fraction(text.strip())
-        except (ValueError, ZeroDivisionError):
-            band = Fraction(-1)
-        if not sep or not task or band < 0:
+        band = plain_number(text.strip())
+        if band is None or not sep or not task.strip() or not 0 <= band <= 1:
             raise UsageError(
-                f"--band {value!r} is not TASK=B with B a non-negative number",
-                hint="e.g. --band officeqa=0.045",
+                f"--band {value!r} is not TASK=B with B a number in [0, 1]",
+                hint="e.g. --band officeqa=0.045 (a band is in units of g, as a task's is)",
             )
         bands[task.strip()] = band
     return bands
@@ -259,16 +256,25 @@ def from_table(path: str, bands: dict[str, Fraction]) -> Source:
     for line, cells in rows:
         model, harness = cells["model"], cells["harness"]
         if not model or not harness:
-            raise UsageError(f"table {name} row {line}: empty model or harness")
+            raise UsageError(
+                f"table {name} row {line}: empty model or harness",
+                hint="every row names its optimizer model and harness",
+            )
         if (model, harness) in seen:
             raise UsageError(
                 f"table {name} row {line}: duplicate row for model {model!r} and harness "
-                f"{harness!r} (first at row {seen[model, harness]})"
+                f"{harness!r} (first at row {seen[model, harness]})",
+                hint="one row per model and harness; replicates are averaged before a table",
             )
         seen[model, harness] = line
         scope = cells.get("scope") or "common"
         if scope not in ("native", "common"):
-            raise UsageError(f"table {name} row {line}: scope {scope!r} is not native or common")
+            raise UsageError(
+                f"table {name} row {line}: scope {scope!r} is not native or common",
+                hint="scope is native (the model's own harness) or common (empty: common)",
+            )
+        family, release = cells.get("family") or None, cells.get("release") or None
+        _check_row(name, line, model, harness, scope, family, release)
         for task in tasks:
             text = cells[task]
             if not text:
@@ -279,10 +285,62 @@ def from_table(path: str, bands: dict[str, Fraction]) -> Source:
                     model=model,
                     harness=harness,
                     scope=scope,
-                    g=table_number(name, line, task, text),
+                    g=_table_gain(name, line, task, text),
                     band=task_band[task],
-                    family=cells.get("family") or None,
-                    release=cells.get("release") or None,
+                    family=family,
+                    release=release,
                 )
             )
     return source
+
+
+# No normalized gain is above 1 (E(H+) <= 1); far below -1 is possible only as E(H0)
+# nears 1, and a value past this one is a typing error, not a measurement.
+_LOWEST_GAIN = Fraction(-(10**6))
+
+
+def _table_gain(name: str, line: int, task: str, text: str) -> Fraction:
+    g = table_number(name, line, task, text)
+    if g > 1:
+        raise UsageError(
+            f"table {name} row {line}, column {task!r}: {text} is above 1, the largest "
+            "normalized gain",
+            hint="g = (E(H+) - E(H0)) / (1 - E(H0)); give a percentage divided by 100",
+        )
+    if g < _LOWEST_GAIN:
+        raise UsageError(
+            f"table {name} row {line}, column {task!r}: {text} is not a plausible "
+            "normalized gain (below -1000000)",
+            hint="g = (E(H+) - E(H0)) / (1 - E(H0))",
+        )
+    return g
+
+
+def _check_row(
+    name: str,
+    line: int,
+    model: str,
+    harness: str,
+    scope: str,
+    family: str | None,
+    release: str | None,
+) -> None:
+    """A row's keys follow the rules of a signed optimizer descriptor (a release is an
+    ordinal or an ISO date, as the ladder orders them; no control characters)."""
+    from pydantic import ValidationError
+
+    from holedger.schemas.events import OptimizerDescriptor
+
+    try:
+        OptimizerDescriptor(
+            model=model, harness=harness, harness_scope=scope, family=family, release=release
+        )
+    except ValidationError as exc:
+        column = str(exc.errors()[0]["loc"][0])
+        value = {"model": model, "harness": harness, "family": family, "release": release}
+        raise UsageError(
+            f"table {name} row {line}, column {column!r}: {value.get(column)!r} is not "
+            "allowed there",
+            hint="a release is an ordinal (3) or an ISO date (2026-05-01); names have no "
+            "control characters and at most 200 characters",
+        ) from None
