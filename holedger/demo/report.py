@@ -11,7 +11,7 @@ from holedger.config import Settings
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
-from holedger.replay.html import Sources, write_report
+from holedger.replay.html import Sources, replay_timeline, with_sources, write_report
 from holedger.replay.inputs import CheckInputs
 from holedger.replay.report import ReplayReport
 from holedger.replay.runs import replay_run
@@ -26,6 +26,12 @@ class RenderedReport:
     report: ReplayReport
 
 
+def home_inputs(cfg: Settings, run_id: str) -> CheckInputs:
+    """The checks' inputs in a home: its run repositories, so the candidate leakage scan
+    can run."""
+    return CheckInputs(run_repo=cfg.run_repo(run_id), repos=cfg.run_repo)
+
+
 def replay_in_home(
     cfg: Settings,
     ledger: Ledger,
@@ -34,7 +40,7 @@ def replay_in_home(
     trusted_keys: Sequence[PublicKey] = (),
 ) -> ReplayReport:
     """Replay with the home's run repository, so the candidate leakage scan can run."""
-    inputs = CheckInputs(run_repo=cfg.run_repo(run_id), repos=cfg.run_repo)
+    inputs = home_inputs(cfg, run_id)
     return replay_run(ledger, run_id, trusted_keys=trusted_keys, inputs=inputs, progress=progress)
 
 
@@ -47,18 +53,38 @@ def optimizer_log_path(cfg: Settings, run_id: str) -> Path:
     return cfg.reports_dir / f"{run_id}.optimizer.jsonl"
 
 
-def report_sources(cfg: Settings, run_id: str, report: ReplayReport) -> Sources:
+def report_sources(cfg: Settings, run_id: str, task_id: str) -> Sources:
     """What the page reads beside the ledger: the run's candidate repository, the task's
     prepared edits (when the task the run names is found here) and the optimizer log."""
-    run = report.sections.get("run")
-    task_id = run.get("task_id") if isinstance(run, dict) else None
     edits = None
-    if isinstance(task_id, str):
-        try:
-            edits = find_task(task_id) / "edits"
-        except HoledgerError:  # a task not installed here: the page names no edits
-            edits = None
+    try:
+        edits = find_task(task_id) / "edits"
+    except HoledgerError:  # a task not installed here: the page names no edits
+        edits = None
     return Sources(cfg.run_repo(run_id), edits, optimizer_log_path(cfg, run_id))
+
+
+def write_run_page(
+    cfg: Settings,
+    ledger: Ledger,
+    run_id: str,
+    path: Path,
+    progress: Callable[[int, int], None] | None = None,
+    trusted_keys: Sequence[PublicKey] = (),
+) -> tuple[ReplayReport, Path]:
+    """Replay ``run_id`` in the home and write its page to ``path`` from the timeline the
+    same replay built; the page is written whether or not the run verifies."""
+    report, timeline = replay_timeline(
+        ledger,
+        run_id,
+        inputs=home_inputs(cfg, run_id),
+        trusted_keys=trusted_keys,
+        progress=progress,
+    )
+    sources = report_sources(cfg, run_id, timeline.header.task_id)
+    timeline = with_sources(timeline, sources)
+    written = write_report(timeline, path, sources.optimizer_log, audits_section(ledger, run_id))
+    return report, written
 
 
 def render_run_report(
@@ -72,14 +98,8 @@ def render_run_report(
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
         run_id = ledger.resolve_run(run)
-        report = replay_in_home(cfg, ledger, run_id, progress)
-        path = write_report(
-            ledger,
-            run_id,
-            report,
-            output or default_report_path(cfg, run_id),
-            report_sources(cfg, run_id, report),
-            audits_section(ledger, run_id),
+        report, path = write_run_page(
+            cfg, ledger, run_id, output or default_report_path(cfg, run_id), progress
         )
     finally:
         ledger.close()

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from holedger.audit.html import audits_section
 from holedger.config import Settings
 from holedger.demo.interrupt import in_daemon_thread, interrupted, opened_meanwhile
 from holedger.demo.optimizer_log import replay_command, save_optimizer_log
@@ -43,7 +42,6 @@ from holedger.ledger.store import Ledger
 from holedger.numbers import Mean, amount, quantities_for_json, se_text
 from holedger.output import console, plain
 from holedger.protocol import rules
-from holedger.replay.html import write_report
 from holedger.replay.report import ReplayReport, score_text
 from holedger.sandboxes import get_backend
 from holedger.sandboxes.spec import Backend, Limits, SandboxResult, SandboxSpec
@@ -275,7 +273,7 @@ def run_demo(
     """Run the whole demo; progress on stderr, the human summary on stdout (not with
     ``as_json``: then the caller prints ``to_json()``). Interrupted (Ctrl-C), it records
     what ran, closes its run as aborted, and raises KeyboardInterrupt (see interrupt.py)."""
-    from holedger.demo.report import replay_in_home, report_sources
+    from holedger.demo.report import default_report_path, write_run_page
 
     started = time.monotonic()
     err = console(stderr=True)
@@ -395,14 +393,8 @@ def run_demo(
         # 4. replay and report
         # The demo's own home signed the run: its key is the one to pin.
         home_key = SigningKey.load(cfg.key_path).public
-        report = replay_in_home(cfg, reader, run_id, trusted_keys=[home_key])
-        report_path = write_report(
-            reader,
-            run_id,
-            report,
-            cfg.reports_dir / f"{run_id}.html",
-            report_sources(cfg, run_id, report),
-            audits_section(reader, run_id),
+        report, report_path = write_run_page(
+            cfg, reader, run_id, default_report_path(cfg, run_id), trusted_keys=[home_key]
         )
     except KeyboardInterrupt:
         if run_id is None:  # cut short while opening its run: the run, if it was recorded

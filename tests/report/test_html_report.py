@@ -17,20 +17,30 @@ from click.testing import CliRunner
 from holedger.cli import cli
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.replay.html import SECTION_IDS, build_report, collect_run, write_report
-from holedger.replay.runs import replay_run
+from holedger.replay.html import (
+    SECTION_IDS,
+    Timeline,
+    render_html,
+    replay_timeline,
+    with_sources,
+    write_report,
+)
 
 from .html_checks import page_problems, parse_page
 from .rich_run import record_rich_run
 
 
-def _page(cfg: Settings, run_id: str) -> tuple[str, bool]:
+def _timeline(cfg: Settings, run_id: str) -> Timeline:
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
-        report = replay_run(ledger, run_id)
-        return build_report(ledger, run_id, report), report.verified
+        return replay_timeline(ledger, run_id)[1]
     finally:
         ledger.close()
+
+
+def _page(cfg: Settings, run_id: str) -> tuple[str, bool]:
+    timeline = _timeline(cfg, run_id)
+    return render_html(timeline), timeline.verification.verified
 
 
 def test_page_is_well_formed_self_contained_and_complete(home: tuple[Settings, str]) -> None:
@@ -66,16 +76,12 @@ def test_checker_catches_external_resources_and_broken_markup() -> None:
 def test_page_shows_the_numbers_of_the_run(home: tuple[Settings, str]) -> None:
     cfg, run_id = home
     page, verified = _page(cfg, run_id)
-    ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
-    try:
-        data = collect_run(ledger, run_id)
-    finally:
-        ledger.close()
+    data = _timeline(cfg, run_id)
     # 3 candidates, 5 search requests + 1 held-out request, 3*3 + 2*6 + 5*2 trials
     assert [c.index for c in data.candidates] == [0, 1, 2]
     assert len(data.evaluations) == 6
     assert len(data.trials) == 31
-    assert data.scored is not None
+    assert data.held_out is not None
     assert "g = " in page
     assert "seed harness E(H0)" in page and "0.333" in page
     assert "timeout" in page  # the safety violation's category
@@ -107,6 +113,10 @@ def test_tampered_run_page_says_it_failed_and_names_the_event(
     page = out.read_text()
     assert "VERIFICATION FAILED" in page
     assert page_problems(page) == []
+    # only the events before the damaged one (seq 4) are folded into the tables and plots
+    assert "what the tables and plots show is judged on seq 0 to 3 only, where the log" in page
+    # (seq 3, the first dev trial, is the last one shown: 1 trial of 1000 tokens)
+    assert "<td>dev</td><td>1</td><td>1000</td>" in page and "<td>val</td>" not in page
     assert "<td>FAIL</td>" in page
 
 
@@ -194,9 +204,9 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     ledger = Ledger.from_settings(cfg)
     try:
         rich = record_rich_run(ledger, tmp_path)
-        report = replay_run(ledger, rich.run_id)
+        timeline = with_sources(replay_timeline(ledger, rich.run_id)[1], rich.sources)
         html_file = tmp_path / f"{rich.run_id}.html"
-        write_report(ledger, rich.run_id, report, html_file, rich.sources)
+        write_report(timeline, html_file, rich.sources.optimizer_log)
     finally:
         ledger.close()
     page = html_file.read_text()
@@ -233,9 +243,9 @@ def test_page_shows_diffs_edits_baseline_and_log(tmp_path: Path) -> None:
     ledger = Ledger.from_settings(cfg)
     try:
         rich = record_rich_run(ledger, tmp_path)
-        report = replay_run(ledger, rich.run_id)
+        timeline = with_sources(replay_timeline(ledger, rich.run_id)[1], rich.sources)
         page_path = tmp_path / f"{rich.run_id}.html"
-        write_report(ledger, rich.run_id, report, page_path, rich.sources)
+        write_report(timeline, page_path, rich.sources.optimizer_log)
     finally:
         ledger.close()
     page = page_path.read_text()

@@ -20,9 +20,8 @@ from holedger.demo.run import DemoSummary, print_summary
 from holedger.ledger.attest import attest
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.replay.html import build_report
+from holedger.replay.html import render_html, replay_timeline
 from holedger.replay.report import CheckResult, ReplayReport
-from holedger.replay.runs import replay_run
 
 DECIMAL = re.compile(r"^-?\d\.\d{3}$")
 
@@ -63,7 +62,7 @@ def test_every_score_and_mean_on_the_page_has_three_decimals(home: tuple[Setting
     cfg, run_id = home
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
-        page = build_report(ledger, run_id, replay_run(ledger, run_id))
+        page = render_html(replay_timeline(ledger, run_id)[1])
     finally:
         ledger.close()
     trial_scores = re.findall(r"tokens, score ([^<]+)</title>", page)

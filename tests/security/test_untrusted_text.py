@@ -16,8 +16,7 @@ from holedger.config import Settings
 from holedger.errors import UsageError
 from holedger.ledger.store import Ledger
 from holedger.output import console, table
-from holedger.replay.html import build_report
-from holedger.replay.runs import replay_run
+from holedger.replay.html import render_html, replay_timeline
 from holedger.sandboxes.spec import Backend, Limits, Observation, SandboxSpec
 from holedger.schemas.events import SafetyViolation
 from holedger.untrusted import escape_text, is_safe
@@ -99,7 +98,7 @@ def test_the_html_report_shows_it_escaped(hostile_run: tuple[Settings, str]) -> 
     cfg, run_id = hostile_run
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
-        page = build_report(ledger, run_id, replay_run(ledger, run_id))
+        page = render_html(replay_timeline(ledger, run_id)[1])
     finally:
         ledger.close()
     assert is_safe(page, keep="\n")

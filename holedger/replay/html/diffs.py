@@ -37,17 +37,28 @@ class PreparedEdit:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class CandidateDiff:
     """What changed from the parent: unified diff lines (``+``, ``-``, `` `` context,
     ``@`` hunk headers, ``=`` file names), counts, and the prepared edit it is."""
+
+    lines: tuple[tuple[str, str], ...] = ()
+    added: int = 0
+    removed: int = 0
+    files: int = 0
+    hidden: int = 0
+    edit: PreparedEdit | None = None
+
+
+@dataclass
+class _Diff:
+    """A diff while it is read."""
 
     lines: list[tuple[str, str]] = field(default_factory=list)
     added: int = 0
     removed: int = 0
     files: int = 0
     hidden: int = 0
-    edit: PreparedEdit | None = None
 
 
 def load_edits(folder: Path | None) -> list[PreparedEdit]:
@@ -103,7 +114,7 @@ def candidate_diffs(
 
 
 def _diff(repo: Any, commit: Any, parent: Any, edits: list[PreparedEdit]) -> CandidateDiff:
-    result = CandidateDiff()
+    result = _Diff()
     diff = repo.diff(parent.tree, commit.tree)
     for patch in diff:
         result.files += 1
@@ -121,13 +132,16 @@ def _diff(repo: Any, commit: Any, parent: Any, edits: list[PreparedEdit]) -> Can
                 elif origin == "-":
                     result.removed += 1
                 _add(result, origin, line.content.rstrip("\n"))
+    edit = None
     if edits:
         before, after = _tree_text(repo, parent.tree), _tree_text(repo, commit.tree)
-        result.edit = next((e for e in edits if e.apply(before) == after), None)
-    return result
+        edit = next((e for e in edits if e.apply(before) == after), None)
+    return CandidateDiff(
+        tuple(result.lines), result.added, result.removed, result.files, result.hidden, edit
+    )
 
 
-def _add(result: CandidateDiff, kind: str, text: str) -> None:
+def _add(result: _Diff, kind: str, text: str) -> None:
     if len(result.lines) < MAX_LINES:
         result.lines.append((kind, text))
     else:

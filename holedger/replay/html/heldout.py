@@ -4,44 +4,50 @@ band, and the per-case held-out scores of the nominee beside the baseline's."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
 
 from holedger.numbers import Mean
 from holedger.protocol import rules
-from holedger.replay.html.data import RunData, as_fraction, per_case_scores
 from holedger.replay.html.markup import Markup, esc, fmt_score, html_table, section
 from holedger.replay.html.plots import PLOT_W, Bar, bar_rows, label, svg
-from holedger.replay.html.stats import held_out_standard_error
-from holedger.replay.report import ReplayReport
+from holedger.replay.html.timeline import Timeline
 
 TITLE = "Held-out score, seed baseline and normalized gain"
 
 
-def held_out_section(report: ReplayReport, data: RunData) -> str:
-    scores = report.sections.get("scores")
-    scored = data.scored or {}
-    src: dict[str, Any] = dict(scored)
-    if isinstance(scores, dict):
-        src.update({k: v for k, v in scores.items() if v is not None})
-    e_plus = as_fraction(src.get("e_h_plus"))
-    e0 = as_fraction(src.get("e_h0")) or as_fraction((data.seed_baseline or {}).get("e_h0"))
-    g = as_fraction(src.get("g"))
-    band = as_fraction(src.get("resolution_band")) or as_fraction(data.terms.get("resolution_band"))
+def held_out_section(t: Timeline) -> str:
+    scored, check, h = t.held_out, t.verification.scores, t.header
+
+    def first(*values: Fraction | None) -> Fraction | None:
+        return next((v for v in values if v is not None), None)
+
+    # what the scores check recomputed, else what RunScored says, else the pins
+    pin = h.seed_baseline
+    e_plus = first(check.e_h_plus if check else None, scored.e_h_plus if scored else None)
+    e0 = first(
+        check.e_h0 if check else None,
+        scored.e_h0 if scored else None,
+        Fraction(pin.e_h0) if pin else None,
+    )
+    g = first(check.g if check else None, scored.g if scored else None)
+    terms_band = Fraction(h.terms.resolution_band) if h.terms else None
+    band = first(check.band if check else None, terms_band)
     if e_plus is None:
         body = "<p class='muted'>the run was not scored on the held-out split</p>"
         return section("held-out", TITLE, body)
-    nominee = per_case_scores(scored)
-    baseline = data.baseline_per_case or {}
-    k = int(scored.get("k") or data.terms.get("k") or 0)
-    se_plus, se0 = held_out_standard_error(nominee), held_out_standard_error(baseline)
+    nominee = scored.per_case if scored else {}
+    baseline = t.baseline.per_case if t.baseline else {}
+    k = (scored.k if scored else 0) or (h.terms.k if h.terms else 0)
+    se_plus = scored.standard_error if scored else None
+    se0 = t.baseline.standard_error if t.baseline else None
     bars = [
         Bar("seed harness E(H0)", float(e0 or 0), _bar_text(e0, se0), "seed", se0),
         Bar("nominated E(H+)", float(e_plus), _bar_text(e_plus, se_plus), "nominated", se_plus),
     ]
     outcome = rules.band_outcome(g, band)
-    if isinstance(scores, dict) and isinstance(scores.get("band_outcome"), str):
-        outcome = str(scores["band_outcome"])
+    if check is not None and check.band_outcome is not None:
+        outcome = check.band_outcome
     cls = {rules.RESOLVED_GAIN: "ok", rules.RESOLVED_LOSS: "bad"}.get(outcome or "", "muted")
     g_text = (
         f"<p class='big'>g = {fmt_score(g)} <span class='{cls}'>"
@@ -67,9 +73,9 @@ def held_out_section(report: ReplayReport, data: RunData) -> str:
         + ".</p>"
     )
     nominated = (
-        f"<p>nominated candidate: {esc(data.candidate_index(data.nominated))} "
-        f"({esc(data.nominated[:12])})</p>"
-        if data.nominated
+        f"<p>nominated candidate: {esc(t.candidate_index(t.nominated))} "
+        f"({esc(t.nominated[:12])})</p>"
+        if t.nominated
         else ""
     )
     body = (
@@ -88,14 +94,16 @@ def _bar_text(value: Fraction | None, se: float | None) -> str:
     return fmt_score(value) + ("" if se is None else f" ± {se:.3f}")
 
 
-def per_case_table(nominee: dict[str, list[Fraction]], baseline: dict[str, list[Fraction]]) -> str:
+def per_case_table(
+    nominee: Mapping[str, Sequence[Fraction]], baseline: Mapping[str, Sequence[Fraction]]
+) -> str:
     """Each test case: the nominee's K scores and mean beside the seed baseline's."""
     if not nominee:
         return ""
     rows = []
     classes = []
     for case in sorted(set(nominee) | set(baseline)):
-        mine, base = nominee.get(case, []), baseline.get(case, [])
+        mine, base = nominee.get(case, ()), baseline.get(case, ())
         m_mean = sum(mine, Fraction(0)) / len(mine) if mine else None
         b_mean = sum(base, Fraction(0)) / len(base) if base else None
         delta = None if m_mean is None or b_mean is None else m_mean - b_mean

@@ -68,17 +68,5 @@ def html_table(
     return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def columns_table(
-    items: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], limit: int = 200
-) -> str:
-    """Records as a table of the named fields only, ``(key, heading)`` each: a curated
-    view, never a dump of whatever keys the records hold."""
-    if not items:
-        return "<p class='muted'>none</p>"
-    rows = [[item.get(key) for key, _ in columns] for item in items[:limit]]
-    more = f"<p class='muted'>… {len(items) - limit} more</p>" if len(items) > limit else ""
-    return html_table([h for _, h in columns], rows) + more
-
-
 def section(sid: str, title: str, body: str) -> str:
     return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'

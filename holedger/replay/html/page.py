@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
-from holedger.replay.html.data import RunData, collect_run
-from holedger.replay.html.diffs import CandidateDiff, candidate_diffs, load_edits
+from holedger.replay.checks import CHECKS
+from holedger.replay.html.diffs import candidate_diffs, load_edits
 from holedger.replay.html.heldout import held_out_section
 from holedger.replay.html.markup import esc, section
 from holedger.replay.html.search import candidates_section, tokens_section
@@ -19,7 +21,12 @@ from holedger.replay.html.sections import (
     safety_section,
     verdict_section,
 )
+from holedger.replay.html.timeline import Timeline, build_timeline, collecting
+from holedger.replay.html.verdict import verification
+from holedger.replay.inputs import BaselineRun, BaselineSource, CheckInputs
 from holedger.replay.report import ReplayReport
+from holedger.replay.runs import LedgerBaselines, replay_run
+from holedger.schemas.events import RunScored
 from holedger.untrusted import escape_text
 
 SECTION_IDS = (
@@ -119,86 +126,104 @@ def optimizer_log_section(log: Path | None, page: Path | None) -> str:
 
 
 def render_html(
-    data: RunData,
-    report: ReplayReport,
-    diffs: dict[str, CandidateDiff] | None = None,
+    timeline: Timeline,
     optimizer_log: Path | None = None,
     page_path: Path | None = None,
     audits: str = "",
 ) -> str:
-    """The whole page as one string (``audits``: the audits section, when the run has
-    any)."""
+    """The whole page as one string, from the run's timeline alone (``audits``: the audits
+    section, when the run has any)."""
+    t = timeline
     nav = "".join(
         f'<a href="#{sid}">{esc(name)}</a>'
         for sid, name in (*NAV, *((("audits", "audits"),) if audits else ()))
     )
     state = {"verified-aborted": "verified (aborted)", "failed": "FAILED verification"}.get(
-        report.verdict, "verified"
+        t.verification.verdict, "verified"
     )
     body = "".join(
         [
-            verdict_section(report, data),
-            budget_section(report, data),
-            candidates_section(data, diffs or {}),
-            tokens_section(data),
-            held_out_section(report, data),
-            safety_section(report, data),
-            leakage_section(report),
+            verdict_section(t),
+            budget_section(t),
+            candidates_section(t),
+            tokens_section(t),
+            held_out_section(t),
+            safety_section(t),
+            leakage_section(t),
             optimizer_log_section(optimizer_log, page_path),
             audits,
-            more_section(report),
+            more_section(t),
         ]
     )
-    unreadable = (
-        f"<p class='bad'>{data.unreadable} stored records could not be read for the plots</p>"
-        if data.unreadable
+    judged = t.verification.judged_on
+    cut = (
+        f"<p class='bad'>The log breaks: what the tables and plots show is "
+        f"{esc(judged.strip().strip('[]'))}.</p>"
+        if judged
         else ""
     )
+    run_id = t.run_id
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>holedger run {esc(report.run_id)}</title>"
+        f"<title>holedger run {esc(run_id)}</title>"
         f"<style>{CSS}</style></head><body><main>"
-        f"<header><h1>holedger run report</h1><p class='muted'>run {esc(report.run_id)} on "
-        f"task {esc(data.task_id)}: {esc(state)}. This page is self-contained: it loads "
+        f"<header><h1>holedger run report</h1><p class='muted'>run {esc(run_id)} on "
+        f"task {esc(t.header.task_id)}: {esc(state)}. This page is self-contained: it loads "
         "nothing from anywhere.</p><nav>"
-        f"{nav}</nav></header>{unreadable}{body}"
+        f"{nav}</nav></header>{cut}{body}"
         "<footer><p class='muted'>Re-derive everything on this page from the signed log with "
-        f"<code>holedger replay {esc(report.run_id)}</code>.</p></footer>"
+        f"<code>holedger replay {esc(run_id)}</code>.</p></footer>"
         "</main></body></html>\n"
     )
     # Whatever a section put in without esc(): no raw control byte leaves the page.
     return escape_text(page, keep="\n")
 
 
-def build_report(
+def replay_timeline(
     ledger: Ledger,
     run_id: str,
-    report: ReplayReport,
-    sources: Sources | None = None,
-    page_path: Path | None = None,
-    audits: str = "",
-) -> str:
-    """The HTML page of ``run_id`` given its replay report (``audits``: the audits
-    section's HTML, made by the audit room, when the run has been audited)."""
-    sources = sources or Sources()
-    data = collect_run(ledger, run_id)
-    pairs = [(c.commit, c.parent) for c in data.candidates]
-    diffs = candidate_diffs(sources.repo, pairs, load_edits(sources.edits))
-    return render_html(data, report, diffs, sources.optimizer_log, page_path, audits)
+    *,
+    inputs: CheckInputs | None = None,
+    trusted_keys: Sequence[PublicKey] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[ReplayReport, Timeline]:
+    """Replay ``run_id`` with the registered checks (as ``holedger replay`` does) and build
+    its timeline from the same pass."""
+    inputs = CheckInputs() if inputs is None else inputs
+    baselines: BaselineSource | None = inputs.baselines
+    if baselines is None and not inputs.baseline_replay:
+        baselines = LedgerBaselines(ledger, trusted_keys, inputs)
+        inputs = replace(inputs, baselines=baselines)
+    checks, collected = collecting(CHECKS)
+    report = replay_run(
+        ledger, run_id, trusted_keys=trusted_keys, inputs=inputs, checks=checks, progress=progress
+    )
+
+    def baseline(base_id: str) -> RunScored | None:
+        found = baselines.baseline(base_id) if baselines is not None else None
+        return found.scored if isinstance(found, BaselineRun) else None
+
+    return report, build_timeline(run_id, collected, verification(report), baseline)
+
+
+def with_sources(timeline: Timeline, sources: Sources) -> Timeline:
+    """The timeline with each candidate's diff read from the run's repository, and the
+    prepared edit it is, where there is one."""
+    pairs = [(c.commit, c.parent) for c in timeline.candidates]
+    return timeline.with_diffs(candidate_diffs(sources.repo, pairs, load_edits(sources.edits)))
 
 
 def write_report(
-    ledger: Ledger,
-    run_id: str,
-    report: ReplayReport,
+    timeline: Timeline,
     path: Path,
-    sources: Sources | None = None,
+    optimizer_log: Path | None = None,
     audits: str = "",
 ) -> Path:
-    """Render the page and write it to ``path`` (parents created); return the path."""
-    page = build_report(ledger, run_id, report, sources, path, audits)
+    """Render the page and write it to ``path`` (parents created), linking the optimizer's
+    log when there is one; return the path."""
+    page = render_html(timeline, optimizer_log, path, audits)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path

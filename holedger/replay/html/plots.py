@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from holedger.replay.html.data import EvaluationRow, RunData, TrialRow
 from holedger.replay.html.markup import esc, fmt_score
-from holedger.replay.html.stats import standard_error
+from holedger.replay.html.timeline import Evaluation, Timeline, Trial
 
 PLOT_W = 760
 PLOT_H = 240
@@ -62,7 +61,7 @@ def error_bar(x: float, y_low: float, y_high: float, cls: str = "err") -> str:
     )
 
 
-def split_mean_plot(data: RunData, split: str) -> str:
+def split_mean_plot(data: Timeline, split: str) -> str:
     """The mean score of each scored evaluation request on ``split``, in request order,
     with the standard error of its per-case means as an error bar."""
     points = [e for e in data.evaluations if e.split == split and e.mean is not None]
@@ -79,7 +78,7 @@ def split_mean_plot(data: RunData, split: str) -> str:
     for i, ev in enumerate(points):
         assert ev.mean is not None
         x, y = x0 + step * (i + 0.5), ypos(float(ev.mean))
-        se = standard_error(ev.case_means)
+        se = ev.standard_error
         if se is not None and se > 0:
             m = float(ev.mean)
             out.append(error_bar(x, ypos(m - se), ypos(m + se)))
@@ -113,7 +112,7 @@ def split_mean_plot(data: RunData, split: str) -> str:
     return svg("".join(out), label=f"{split} mean score per evaluation")
 
 
-def _point_tip(data: RunData, ev: EvaluationRow, se: float | None) -> str:
+def _point_tip(data: Timeline, ev: Evaluation, se: float | None) -> str:
     bar = "" if se is None else f", standard error {se:.3f}"
     return (
         f"{ev.split} request {ev.request_id}: candidate {data.candidate_index(ev.candidate)}, "
@@ -121,7 +120,7 @@ def _point_tip(data: RunData, ev: EvaluationRow, se: float | None) -> str:
     )
 
 
-def tokens_plot(trials: Sequence[TrialRow], split: str) -> str:
+def tokens_plot(trials: Sequence[Trial], split: str) -> str:
     """Total target tokens of every trial of one split, in order."""
     if not trials:
         return f"<p class='muted'>no {esc(split)} trials</p>"

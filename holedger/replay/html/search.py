@@ -7,16 +7,16 @@ from __future__ import annotations
 from fractions import Fraction
 
 from holedger.numbers import Mean
-from holedger.replay.html.data import CandidateRow, RunData, TrialRow
 from holedger.replay.html.diffs import CandidateDiff
 from holedger.replay.html.markup import Markup, esc, fmt_score, html_table, section
 from holedger.replay.html.plots import split_mean_plot, tokens_plot
+from holedger.replay.html.timeline import Candidate, Timeline, Trial
 from holedger.replay.report import counted
 
 SPLITS = ("dev", "val", "test")
 
 
-def _changed(cand: CandidateRow, diff: CandidateDiff | None) -> str:
+def _changed(cand: Candidate, diff: CandidateDiff | None) -> str:
     if cand.index == 0:
         return "the seed harness"
     if diff is not None:
@@ -33,7 +33,7 @@ def _edit(diff: CandidateDiff | None) -> str:
     return diff.edit.name + lever
 
 
-def candidates_section(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
+def candidates_section(data: Timeline) -> str:
     per_cand: dict[str, dict[str, list[Fraction]]] = {}
     for ev in data.evaluations:
         if ev.mean is not None:
@@ -41,7 +41,7 @@ def candidates_section(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
     rows = []
     for cand in data.candidates:
         results = per_cand.get(cand.commit, {})
-        diff = diffs.get(cand.commit)
+        diff = cand.diff
         rows.append(
             [
                 f"#{cand.index}",
@@ -77,14 +77,14 @@ def candidates_section(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
         + "<h3>Per-case dev results per candidate</h3>"
         + dev_cases_table(data)
         + "<h3>What each candidate changed</h3>"
-        + diffs_html(data, diffs)
+        + diffs_html(data)
         + "<h3>Evaluation requests</h3>"
         + requests_table(data)
     )
     return section("candidates", "Candidates: dev and val results over time", body)
 
 
-def dev_cases_table(data: RunData) -> str:
+def dev_cases_table(data: Timeline) -> str:
     """Rows: the dev cases evaluated; columns: the candidates evaluated on dev; each cell
     the candidate's mean score on that case over all its dev trials of it."""
     scores: dict[str, dict[str, list[Fraction]]] = {}
@@ -113,15 +113,15 @@ def dev_cases_table(data: RunData) -> str:
     return note + html_table(["dev case", *(f"#{c.index}" for c in cands)], rows, cls="cases")
 
 
-def diffs_html(data: RunData, diffs: dict[str, CandidateDiff]) -> str:
-    if not diffs:
+def diffs_html(data: Timeline) -> str:
+    if not any(c.diff for c in data.candidates):
         return (
             "<p class='muted'>the run's candidate repository was not available: the changed "
             "paths the events record are in the candidates table</p>"
         )
     parts = []
     for cand in data.candidates:
-        diff = diffs.get(cand.commit)
+        diff = cand.diff
         if diff is None:
             continue
         edit = f" = prepared edit {esc(_edit(diff))}" if diff.edit else ""
@@ -152,7 +152,7 @@ def _prefix(kind: str) -> str:
     return {"+": "+", "-": "-", " ": " ", "@": "", "=": "file "}.get(kind, "")
 
 
-def requests_table(data: RunData) -> str:
+def requests_table(data: Timeline) -> str:
     rows = [
         [
             ev.seq,
@@ -172,8 +172,8 @@ def requests_table(data: RunData) -> str:
     )
 
 
-def tokens_section(data: RunData) -> str:
-    by_split: dict[str, list[TrialRow]] = {}
+def tokens_section(data: Timeline) -> str:
+    by_split: dict[str, list[Trial]] = {}
     for trial in data.trials:
         by_split.setdefault(trial.split, []).append(trial)
     parts = []
