@@ -15,8 +15,8 @@ beside the page; nothing is fetched to render it).
 
 Modules: ``timeline`` (the typed timeline and the fold that builds it), ``verdict`` (the
 replay report, typed), ``stats`` (error bars), ``diffs`` (candidate diffs and prepared
-edits), ``markup`` (escaping, tables), ``plots`` (inline SVG), ``sections``, ``search``
-and ``heldout`` (the sections), ``page`` (the page, and the replay that builds it).
+edits), ``markup`` (escaping, tables), ``plots`` (inline SVG), ``sections``, ``search``,
+``heldout`` and ``evolve`` (the sections), ``page`` (the page, and the replay that builds it).
 """
 
 from holedger.replay.html.page import (

@@ -11,6 +11,8 @@ from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
 from holedger.replay.checks import CHECKS
 from holedger.replay.html.diffs import candidate_diffs, load_edits
+from holedger.replay.html.evolve import SECTION_ID as EVOLVE_ID
+from holedger.replay.html.evolve import evolve_section
 from holedger.replay.html.heldout import held_out_section
 from holedger.replay.html.markup import esc, section
 from holedger.replay.html.search import candidates_section, tokens_section
@@ -134,10 +136,13 @@ def render_html(
     """The whole page as one string, from the run's timeline alone (``audits``: the audits
     section, when the run has any)."""
     t = timeline
-    nav = "".join(
-        f'<a href="#{sid}">{esc(name)}</a>'
-        for sid, name in (*NAV, *((("audits", "audits"),) if audits else ()))
-    )
+    evolve = evolve_section(t)
+    links = list(NAV)
+    if evolve:  # after the tokens, as on the page
+        links.insert(links.index(("tokens", "tokens")) + 1, (EVOLVE_ID, "solve-evolve"))
+    if audits:
+        links.append(("audits", "audits"))
+    nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in links)
     state = {"verified-aborted": "verified (aborted)", "failed": "FAILED verification"}.get(
         t.verification.verdict, "verified"
     )
@@ -147,6 +152,7 @@ def render_html(
             budget_section(t),
             candidates_section(t),
             tokens_section(t),
+            evolve,
             held_out_section(t),
             safety_section(t),
             leakage_section(t),
