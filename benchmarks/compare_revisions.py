@@ -13,7 +13,9 @@ and its own benchmark scripts (``PYTHONPATH`` set to that worktree):
 * the gateway's CPU per call at 32 clients on an instant upstream, and that against the
   bare floor proxy's in the same run (``gateway_bench.py --levels 32 --no-litellm``);
 * the wall time of ``python -m holedger --home NEW demo --json`` (a fresh home, so each
-  demo also pins the seed baseline), and how many trials it ran.
+  demo also pins the seed baseline), its CPU time (the demo's process and every process
+  it waited for: sandboxes, the optimizer; on a loaded machine the wall time is mostly
+  waiting for a core, the CPU time much less so), and how many trials it ran.
 
 The measurements alternate: before, after, before, after, ... for each of them, so both
 revisions share the machine's load (the ledger's, then the gateway's, then the demos);
@@ -32,7 +34,9 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +66,7 @@ METRICS = (
     Metric("gateway_cpu_ms", "gateway CPU per call at 32 clients", False, "ms"),
     Metric("gateway_over_floor", "gateway CPU / floor proxy CPU per call", False),
     Metric("demo_wall_s", "demo wall time (fresh home)", False, "s"),
+    Metric("demo_cpu_s", "demo CPU time, all its processes", False, "s"),
     Metric("demo_trials", "demo trials (baseline and run)", None),
 )
 
@@ -254,36 +259,53 @@ class Measurement:
     error: str = ""
 
 
-def run_child(tree: Path, argv: list[str], timeout: float) -> tuple[str, float]:
+@dataclass
+class ChildRun:
+    stdout: str
+    wall_s: float
+    cpu_s: float  # user + system of the child and every descendant it waited for
+
+
+def run_child(tree: Path, argv: list[str], timeout: float) -> ChildRun:
+    """``argv`` in ``tree`` with its own package; on a timeout its whole process group
+    (it and what it started) is killed."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         argv,
         env=child_env(tree),
         cwd=tree,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        tail = (stderr or stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"exit {proc.returncode}: {' | '.join(tail)}")
-    return proc.stdout, wall
+    return ChildRun(stdout, wall, cpu)
 
 
 def measure_ledger(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     script = str(tree / "benchmarks" / "ledger_bench.py")
-    out, _ = run_child(tree, [sys.executable, script, "--quick", "--no-pg", "--million", "0"], 1800)
-    return parse_ledger(out)
+    argv = [sys.executable, script, "--quick", "--no-pg", "--million", "0"]
+    return parse_ledger(run_child(tree, argv, 1800).stdout)
 
 
 def measure_gateway(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     script = str(tree / "benchmarks" / "gateway_bench.py")
     argv = [sys.executable, script, "--levels", "32", "--no-litellm"]
     argv += ["--requests", str(args.gateway_requests), "--rounds", str(args.gateway_rounds)]
-    out, _ = run_child(tree, argv, 1800)
-    return parse_gateway(out)
+    return parse_gateway(run_child(tree, argv, 1800).stdout)
 
 
 TRIALS = """
@@ -302,12 +324,16 @@ def measure_demo(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="holedger-compare-home-") as tmp:
         home = str(Path(tmp) / "home")
         argv = [sys.executable, "-m", "holedger", "--home", home, "demo", "--json"]
-        out, wall = run_child(tree, argv, args.demo_timeout)
-        summary = json.loads(out)
+        demo = run_child(tree, argv, args.demo_timeout)
+        summary = json.loads(demo.stdout)
         if not summary.get("verified"):
             raise RuntimeError(f"the demo's run did not verify: {summary.get('run_id')}")
-        trials, _ = run_child(tree, [sys.executable, "-c", TRIALS, home], 300)
-        return {"demo_wall_s": wall, "demo_trials": float(trials.strip())}
+        trials = run_child(tree, [sys.executable, "-c", TRIALS, home], 300).stdout
+        return {
+            "demo_wall_s": demo.wall_s,
+            "demo_cpu_s": demo.cpu_s,
+            "demo_trials": float(trials.strip()),
+        }
 
 
 MEASURES: dict[str, Callable[[Path, argparse.Namespace], dict[str, float]]] = {
@@ -377,7 +403,17 @@ def main() -> int:
     parser.add_argument("--gateway-rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     parser.add_argument("--log", help="append each measurement to this file as a JSON line")
+    parser.add_argument(
+        "--from-log", help="measure nothing: the table of the measurements in this --log file"
+    )
     args = parser.parse_args()
+    if args.from_log:
+        try:
+            lines = Path(args.from_log).read_text().splitlines()
+            done = [Measurement(**json.loads(line)) for line in lines if line.strip()]
+        except (OSError, ValueError, TypeError) as exc:
+            parser.error(f"--from-log {args.from_log}: {exc}")
+        return show(done, {}, args.json)
     repo = Path(git(Path(__file__).resolve().parent, "rev-parse", "--show-toplevel"))
     commits = {}
     for label, rev in (("before", args.before), ("after", args.after)):
@@ -398,9 +434,13 @@ def main() -> int:
         for tree in trees.values():
             check_tree(tree)
         done = run_all(trees, args, say)
+    return show(done, commits, args.json)
+
+
+def show(done: list[Measurement], commits: dict[str, str], as_json: bool) -> int:
     rows = rows_of(done)
     loads = [x for m in done for x in (m.load_before, m.load_after)]
-    if args.json:
+    if as_json:
         print(
             json.dumps(
                 {

@@ -5,7 +5,10 @@ the runs, on figures worked by hand (no time is measured here)."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +159,47 @@ def test_runs_alternate_revisions_and_demo_only_in_its_rounds() -> None:
         ("demo", "before"),
         ("demo", "after"),
     ]
+
+
+def test_a_child_sees_only_its_tree_and_no_holedger_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOLEDGER_HOME", "/elsewhere")
+    monkeypatch.setenv("PYTHONPATH", "/another/tree")
+    code = "import json, os; print(json.dumps([os.environ.get('PYTHONPATH'), "
+    code += "sorted(k for k in os.environ if k.startswith('HOLEDGER_')), os.getcwd()]))"
+    run = cr.run_child(tmp_path, [sys.executable, "-c", code], 60)
+    assert json.loads(run.stdout) == [str(tmp_path), [], str(tmp_path)]
+
+
+def test_a_child_that_fails_is_one_error_with_its_last_lines(tmp_path: Path) -> None:
+    code = "import sys; print('first'); print('the last words', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(RuntimeError, match="exit 3: the last words"):
+        cr.run_child(tmp_path, [sys.executable, "-c", code], 60)
+
+
+def test_a_child_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(600)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        cr.run_child(tmp_path, [sys.executable, "-c", code], 10)
+    grandchild = int(pidfile.read_text())
+    for _ in range(100):
+        if not alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not alive(grandchild)
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
