@@ -1,51 +1,35 @@
-"""The audits section of a run's HTML report: each audit of the run as recorded (the
-numbers are re-derived by ``holedger audit verify AUDIT``, not on this page)."""
+"""The audits of a run for its HTML report: each audit of the run as recorded, read into the
+report's typed :class:`~holedger.replay.html.audits.AuditSummary` (the numbers are
+re-derived by ``holedger audit verify AUDIT``, not on the page)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from holedger.replay.html.markup import html_table
+from holedger.replay.html.audits import AuditSummary, audits_html
 
 
-def audits_section(ledger: Any, run_id: str) -> str:
-    """The section, or "" when no audit of ``run_id`` is in the ledger."""
+def audit_summaries(ledger: Any, run_id: str) -> tuple[AuditSummary, ...]:
+    """Each audit of ``run_id`` in the ledger, as its auditor recorded it."""
     from holedger.audit.hda import read_audit
     from holedger.audit.log import AuditLog
 
     log = AuditLog(ledger.app.engine, create=False)
     states = [read_audit(log, a) for a in log.audit_ids()]
-    states = [s for s in states if s.opened.run_id == run_id]
-    if not states:
-        return ""
-    rows = [_row(s) for s in states]
-    checks = html_table(
-        ["audit", "check", "result"], [row for s in states for row in check_rows(s)]
-    )
-    table = html_table(
-        [
-            "audit",
-            "status",
-            "gate: dS [95% interval], p",
-            "k",
-            "findings",
-            "O (lower bound)",
-            "T",
-            "G (upper bound)",
-            "shares o / t / g",
-        ],
-        rows,
-    )
-    return (
-        '<section id="audits"><h2>Harness-Delta Attribution audits</h2>'
-        "<p class='muted'>As each audit recorded it, signed by its auditor; "
-        "<code>holedger audit verify AUDIT</code> recomputes every number from the logs. "
-        "O counts only detected, removed overfitting; G is not evidence of transfer.</p>"
-        f"{table}<h3>B5 transfer and B6 held-out strata</h3>{checks}</section>"
-    )
+    return tuple(_summary(s) for s in states if s.opened.run_id == run_id)
 
 
-def _row(state: Any) -> list[str]:
+def audits_section(ledger: Any, run_id: str) -> str:
+    """The section, or "" when no audit of ``run_id`` is in the ledger."""
+    return audits_html(audit_summaries(ledger, run_id))
+
+
+def _summary(state: Any) -> AuditSummary:
+    checks = tuple((check, result) for _, check, result in check_rows(state))
+    return AuditSummary(*_row(state), checks=checks)
+
+
+def _row(state: Any) -> tuple[str, str, str, str, str, str, str, str, str]:
     gate = state.gate.gate if state.gate else None
     d = state.decomposed.decomposition if state.decomposed else None
     status = state.decomposed.status if state.decomposed else "opened"
@@ -59,18 +43,18 @@ def _row(state: Any) -> list[str]:
     if d and d.get("shares"):
         s = d["shares"]
         shares = f"{s['o']} / {s['t']} / {s['g']}"
-    # html_table escapes every cell
-    return [
-        state.audit_id,
-        status,
+    # the page escapes every cell
+    return (
+        str(state.audit_id),
+        str(status),
         gate_text,
         k,
         found,
-        d["O"] if d else "-",
-        d["T"] if d else "-",
-        d["G"] if d else "-",
+        str(d["O"]) if d else "-",
+        str(d["T"]) if d else "-",
+        str(d["G"]) if d else "-",
         shares,
-    ]
+    )
 
 
 def check_rows(state: Any) -> list[list[str]]:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from holedger.audit.html import audits_section
+from holedger.audit.html import audit_summaries
 from holedger.config import Settings
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
@@ -82,8 +82,8 @@ def write_run_page(
         progress=progress,
     )
     sources = report_sources(cfg, run_id, timeline.header.task_id)
-    timeline = with_sources(timeline, sources)
-    written = write_report(timeline, path, sources.optimizer_log, audits_section(ledger, run_id))
+    timeline = with_sources(timeline, sources).with_audits(audit_summaries(ledger, run_id))
+    written = write_report(timeline, path, sources.optimizer_log)
     return report, written
 
 

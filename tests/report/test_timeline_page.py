@@ -9,6 +9,7 @@ from fractions import Fraction as F
 from sample_terms import task_terms
 
 from holedger.replay.html import Timeline, render_html
+from holedger.replay.html.audits import AuditSummary
 from holedger.replay.html.diffs import CandidateDiff, PreparedEdit
 from holedger.replay.html.timeline import (
     Candidate,
@@ -173,3 +174,25 @@ def test_a_timeline_with_nothing_in_it_still_makes_every_section() -> None:
     assert page_problems(page) == []
     assert "the run was not scored on the held-out split" in page
     assert "no dev evaluation was scored" in page and "no trials" in page
+
+
+def test_the_audits_section_shows_the_audits_the_timeline_holds() -> None:
+    audit = AuditSummary(
+        "a-hand",
+        "decomposed",
+        "1/4 [0, 1/2], p = 1/100",
+        "3 (hand)",
+        "lookup_table",
+        "1/8",
+        "1/16",
+        "1/16",
+        "1/2 / 1/4 / 1/4",
+        checks=(("B5 transfer", "a held-out gain written by hand"),),
+    )
+    assert '<section id="audits">' not in render_html(hand_timeline())
+    page = render_html(hand_timeline().with_audits([audit]))
+    assert page_problems(page) == [] and '<a href="#audits">' in page
+    section = page[page.index('<section id="audits">') :]
+    assert "<td>a-hand</td><td>decomposed</td><td>1/4 [0, 1/2], p = 1/100</td>" in section
+    assert "<td>1/8</td><td>1/16</td><td>1/16</td><td>1/2 / 1/4 / 1/4</td>" in section
+    assert "<td>a-hand</td><td>B5 transfer</td><td>a held-out gain written by hand</td>" in section

@@ -10,6 +10,8 @@ from pathlib import Path
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
 from holedger.replay.checks import CHECKS
+from holedger.replay.html.audits import SECTION_ID as AUDITS_ID
+from holedger.replay.html.audits import audits_html
 from holedger.replay.html.diffs import candidate_diffs, load_edits
 from holedger.replay.html.evolve import SECTION_ID as EVOLVE_ID
 from holedger.replay.html.evolve import evolve_section
@@ -131,17 +133,17 @@ def render_html(
     timeline: Timeline,
     optimizer_log: Path | None = None,
     page_path: Path | None = None,
-    audits: str = "",
 ) -> str:
-    """The whole page as one string, from the run's timeline alone (``audits``: the audits
-    section, when the run has any)."""
+    """The whole page as one string, from the run's timeline alone (and the optimizer's
+    log it links, relative to ``page_path``)."""
     t = timeline
+    audits = audits_html(t.audits)
     evolve = evolve_section(t)
     links = list(NAV)
     if evolve:  # after the tokens, as on the page
         links.insert(links.index(("tokens", "tokens")) + 1, (EVOLVE_ID, "solve-evolve"))
     if audits:
-        links.append(("audits", "audits"))
+        links.append((AUDITS_ID, "audits"))
     nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in links)
     state = {"verified-aborted": "verified (aborted)", "failed": "FAILED verification"}.get(
         t.verification.verdict, "verified"
@@ -221,15 +223,10 @@ def with_sources(timeline: Timeline, sources: Sources) -> Timeline:
     return timeline.with_diffs(candidate_diffs(sources.repo, pairs, load_edits(sources.edits)))
 
 
-def write_report(
-    timeline: Timeline,
-    path: Path,
-    optimizer_log: Path | None = None,
-    audits: str = "",
-) -> Path:
+def write_report(timeline: Timeline, path: Path, optimizer_log: Path | None = None) -> Path:
     """Render the page and write it to ``path`` (parents created), linking the optimizer's
     log when there is one; return the path."""
-    page = render_html(timeline, optimizer_log, path, audits)
+    page = render_html(timeline, optimizer_log, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path

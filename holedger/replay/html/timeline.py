@@ -6,7 +6,8 @@ those (events from a break in the log on are not folded in; the verdict at the t
 page says where). Beside the run's events it holds the seed-baseline run's held-out
 scores, taken from that run's own replay, what replay concluded
 (:class:`~holedger.replay.html.verdict.Verification`), and, when given, each candidate's
-diff and the prepared edit it is. Every value is frozen: a section reads it, never folds.
+diff and the prepared edit it is, and the run's audits as the audit room read them. Every
+value is frozen: a section reads it, never folds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fractions import Fraction
 
 from holedger.ledger.records import Record
 from holedger.replay.context import Fold
+from holedger.replay.html.audits import AuditSummary
 from holedger.replay.html.diffs import CandidateDiff
 from holedger.replay.html.stats import held_out_standard_error, standard_error
 from holedger.replay.html.verdict import Verification
@@ -232,6 +234,7 @@ class Timeline:
     baseline: HeldOut | None = None
     steps: tuple[Step, ...] = ()
     in_situ: InSitu | None = None
+    audits: tuple[AuditSummary, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -261,6 +264,10 @@ class Timeline:
         """The timeline with each candidate's diff (by commit) where one was read."""
         cands = tuple(replace(c, diff=diffs.get(c.commit, c.diff)) for c in self.candidates)
         return replace(self, candidates=cands)
+
+    def with_audits(self, audits: Sequence[AuditSummary]) -> Timeline:
+        """The timeline with the run's audits, as the audit room read them."""
+        return replace(self, audits=tuple(audits))
 
 
 def per_case(entries: Sequence[CaseScores]) -> dict[str, tuple[Fraction, ...]]:
