@@ -34,15 +34,15 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -266,33 +266,53 @@ class ChildRun:
     cpu_s: float  # user + system of the child and every descendant it waited for
 
 
+LIVE: set[int] = set()  # process groups of the children still running
+
+
+def stop_children() -> None:
+    """Kill what this script started and left running (when it is stopped itself)."""
+    for pgid in list(LIVE):
+        with suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 def run_child(tree: Path, argv: list[str], timeout: float) -> ChildRun:
-    """``argv`` in ``tree`` with its own package; on a timeout its whole process group
-    (it and what it started) is killed."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        env=child_env(tree),
-        cwd=tree,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+    """``argv`` in ``tree`` with its own package. Its CPU time comes from its own exit
+    (wait4), so children run at the same time are measured apart; on a timeout its whole
+    process group (it and what it started) is killed."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            argv, env=child_env(tree), cwd=tree, stdout=out, stderr=err, start_new_session=True
+        )
+        LIVE.add(proc.pid)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+            LIVE.discard(proc.pid)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if expired.is_set():
+            with suppress(ProcessLookupError):  # what it started and left behind
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise subprocess.TimeoutExpired(argv, timeout)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
         tail = (stderr or stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"exit {proc.returncode}: {' | '.join(tail)}")
-    return ChildRun(stdout, wall, cpu)
+    return ChildRun(stdout, wall, usage.ru_utime + usage.ru_stime)
 
 
 def measure_ledger(tree: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -357,10 +377,12 @@ def schedule(rounds: int, demo_runs: int, labels: tuple[str, ...]) -> list[tuple
 def run_all(
     trees: dict[str, Path], args: argparse.Namespace, say: Callable[[str], None]
 ) -> list[Measurement]:
-    done = []
-    for name, label in schedule(args.rounds, args.demo_runs, tuple(trees)):
-        if name == "demo" and args.no_demo:
-            continue
+    """Every measurement of the schedule, one at a time; with ``--demo-parallel`` the
+    demos all at once after the others (each then meets the same load)."""
+    lock = threading.Lock()
+    done: list[Measurement] = []
+
+    def one(name: str, label: str) -> None:
         m = Measurement(name, label, load_before=os.getloadavg()[0])
         start = time.perf_counter()
         try:
@@ -370,14 +392,30 @@ def run_all(
         m.seconds = time.perf_counter() - start
         m.load_after = os.getloadavg()[0]
         figures = ", ".join(f"{k} {v:.3g}" for k, v in m.figures.items()) or m.error
-        say(
-            f"  {name:7s} {label:6s} {m.seconds:6.0f} s  load {m.load_before:.1f} -> "
-            f"{m.load_after:.1f}  {figures}"
-        )
-        done.append(m)
-        if args.log:
-            with open(args.log, "a") as log:
-                log.write(json.dumps(m.__dict__) + "\n")
+        with lock:
+            say(
+                f"  {name:7s} {label:6s} {m.seconds:6.0f} s  load {m.load_before:.1f} -> "
+                f"{m.load_after:.1f}  {figures}"
+            )
+            done.append(m)
+            if args.log:
+                with open(args.log, "a") as log:
+                    log.write(json.dumps(m.__dict__) + "\n")
+
+    order = [
+        (name, label)
+        for name, label in schedule(args.rounds, args.demo_runs, tuple(trees))
+        if not (name == "demo" and args.no_demo) and name in args.only
+    ]
+    together = [job for job in order if job[0] == "demo"] if args.demo_parallel else []
+    for job in order:
+        if job not in together:
+            one(*job)
+    threads = [threading.Thread(target=one, args=job) for job in together]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return done
 
 
@@ -398,6 +436,19 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="runs of each revision")
     parser.add_argument("--demo-runs", type=int, default=2, help="demos per revision (at most)")
     parser.add_argument("--no-demo", action="store_true")
+    parser.add_argument(
+        "--demo-parallel",
+        action="store_true",
+        help="run the demos of both revisions at the same time (all of them, after the "
+        "other measurements): on a machine whose load changes by the minute each demo then "
+        "meets the same load",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(MEASURES),
+        type=lambda text: text.split(","),
+        help="measurements to make, of %(default)s",
+    )
     parser.add_argument("--demo-timeout", type=float, default=1200.0, help="seconds per demo")
     parser.add_argument("--gateway-requests", type=int, default=1500)
     parser.add_argument("--gateway-rounds", type=int, default=5)
@@ -407,6 +458,11 @@ def main() -> int:
         "--from-log", help="measure nothing: the table of the measurements in this --log file"
     )
     args = parser.parse_args()
+    unknown = [name for name in args.only if name not in MEASURES]
+    if unknown:
+        parser.error(
+            f"--only: unknown measurement {unknown[0]!r}; choose from {', '.join(MEASURES)}"
+        )
     if args.from_log:
         try:
             lines = Path(args.from_log).read_text().splitlines()
@@ -430,10 +486,15 @@ def main() -> int:
         f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}; "
         f"load average {os.getloadavg()[0]:.1f} at the start"
     )
+    # Stopped (SIGTERM or Ctrl-C), it still kills its children and removes its worktrees.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with worktrees(repo, commits) as trees:
-        for tree in trees.values():
-            check_tree(tree)
-        done = run_all(trees, args, say)
+        try:
+            for tree in trees.values():
+                check_tree(tree)
+            done = run_all(trees, args, say)
+        finally:
+            stop_children()
     return show(done, commits, args.json)
 
 
