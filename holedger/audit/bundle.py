@@ -166,10 +166,16 @@ class BundledRuns:
     def redacted(self, digest: str) -> bool:
         return False
 
+    def run_records(self, run_id: str) -> list[Record] | None:
+        """A bundled run's records (the control runs replay cross-checks), or None."""
+        return list(self.records(run_id)) if run_id in self.raw else None
+
     def replay_report(self, run_id: str, trusted: Sequence[PublicKey]) -> ReplayReport:
+        from holedger.replay.inputs import CheckInputs
         from holedger.replay.runs import verify_records
 
-        return verify_records(run_id, self.raw[run_id], self, trusted_keys=trusted)
+        inputs = CheckInputs(runs=self)  # the control runs are bundled too
+        return verify_records(run_id, self.raw[run_id], self, trusted_keys=trusted, inputs=inputs)
 
 
 def read_bundle(path: Path) -> BundledRuns:

@@ -59,6 +59,12 @@ def origin_of(run_id: str) -> str:
     return f"holedger/run/{run_id}"
 
 
+def control_label(audit_id: str, run_id: str) -> str:
+    """The optimizer label of an audit's control run: its RunOpened names the audit and
+    the audited run with it (docs/AUDITS.md, "Control evaluations")."""
+    return f"hda-control audit={audit_id} run={run_id}"
+
+
 def control_scores_digest(rows: Iterable[tuple[str, int, Fraction]]) -> str:
     """What an audit's control evaluation pins of its trials: the SHA-256 of the canonical
     JSON of the sorted [case id, attempt, score as p/q] rows."""

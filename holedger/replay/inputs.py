@@ -2,7 +2,9 @@
 
 Each field is one thing a check may need that the log itself does not hold: the task's
 cases (leakage audit, case membership, re-scoring), the run's candidate repository (the
-candidate scan), and a way to replay the run's seed-baseline run (the ``baseline`` check).
+candidate scan), a way to replay the run's seed-baseline run (the ``baseline`` check), and
+a way to read other runs of the same ledger (the control runs ``audit_controls`` holds
+the run's AuditControlEvaluated events to).
 A field left empty makes the check that needs it say what it skipped and why.
 """
 
@@ -14,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol
 
+from holedger.ledger.records import Record
 from holedger.replay.context import Fold, ReplayContext
 from holedger.replay.report import ReplayReport
 from holedger.schemas.events import InSituScored, RunOpened, RunScored
@@ -77,6 +80,13 @@ class BaselineSource(Protocol):
         """The replayed baseline run ``run_id``, or why it cannot be had."""
 
 
+class RunSource(Protocol):
+    """Other runs' records, as stored (from a ledger, an audits bundle, ...)."""
+
+    def run_records(self, run_id: str) -> list[Record] | None:
+        """The records of run ``run_id`` in stream order, or None when it is not here."""
+
+
 @dataclass(frozen=True)
 class CheckInputs:
     """The registered checks' inputs beside the log (each optional)."""
@@ -86,6 +96,7 @@ class CheckInputs:
     run_repo: Path | None = None  # this run's candidate repository
     repos: Callable[[str], Path] | None = None  # any run's candidate repository (a home's)
     baselines: BaselineSource | None = None  # None: the check says what to give
+    runs: RunSource | None = None  # other runs (control runs); None: not cross-checked
     # This is the replay of a baseline run for another run's check: its own pin (it
     # should have none) is judged by that check and not followed, so pins cannot recurse.
     baseline_replay: bool = False

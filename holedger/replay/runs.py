@@ -14,6 +14,7 @@ from itertools import chain
 
 from holedger.errors import HoledgerError, NotFoundError
 from holedger.ledger.keys import PublicKey
+from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
 from holedger.replay.checks import CHECKS
 from holedger.replay.checks.baseline import baseline_run, capturing
@@ -65,6 +66,21 @@ class LedgerBlobs:
         return False
 
 
+class LedgerRuns:
+    """Other runs' records read from the ledger (the control runs of an audit)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def run_records(self, run_id: str) -> list[Record] | None:
+        try:
+            if not self.ledger.has_run(run_id):
+                return None
+            return list(self.ledger.records(run_id))
+        except HoledgerError:
+            return None
+
+
 def replay_run(
     ledger: Ledger,
     run_id: str,
@@ -88,6 +104,8 @@ def replay_run(
     inputs = CheckInputs() if inputs is None else inputs
     if inputs.baselines is None and not inputs.baseline_replay:
         inputs = replace(inputs, baselines=LedgerBaselines(ledger, trusted_keys, inputs))
+    if inputs.runs is None:
+        inputs = replace(inputs, runs=LedgerRuns(ledger))
     batches = ledger.raw_record_batches(run_id)
     records = (
         chain.from_iterable(batches)

@@ -31,6 +31,7 @@ from holedger.errors import NotFoundError, PolicyError, UsageError
 from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.records import Record
 from holedger.ledger.store import Ledger
+from holedger.protocol.runs import control_label as control_label
 from holedger.protocol.runs import control_scores_digest
 from holedger.schemas.events import (
     AuditControlEvaluated,
@@ -44,10 +45,6 @@ from holedger.server.taskview import ServerTask
 
 WIDE = 10**12
 ControlHarness = Literal["H0", "H0scale", "Hneutral", "Hval"]
-
-
-def control_label(audit_id: str, run_id: str) -> str:
-    return f"hda-control audit={audit_id} run={run_id}"
 
 
 def widened(task: ServerTask) -> ServerTask:

@@ -4,10 +4,11 @@ the command line; then the attacks on it, each failing verification by name."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,9 @@ def test_control_evaluations_are_recorded_in_the_audited_run_after_its_close(
     assert report.verified, report.failures
     section = report.sections["audit_controls"]
     assert state.audit_id in section["audits"] and section["evaluations"] >= 2
+    # each cross-checked against the TrialCompleted events of its control run
+    assert section["cross_checked"] == section["evaluations"]
+    assert section["control_runs_not_at_hand"] == []
     # outside the optimizer's budget: the budget section counts the run's requests only
     assert report.sections["budget_table"] == replay_budget_before(ledger, audited.run_id, closed)
 
@@ -322,14 +326,42 @@ def test_a_control_evaluation_signed_by_the_auditor_fails_integrity(
     )
 
 
+@contextlib.contextmanager
+def forged_run(
+    audited: AuditedRun, run_id: str, edit: Callable[[str, dict[str, Any]], dict[str, Any]]
+) -> Iterator[None]:
+    """The run's stream rewritten with ``edit`` and re-signed by the server key, for the
+    ``with`` block; restored after."""
+    attacker = Attacker(audited.settings.ledger_url)
+    rows = attacker.rows(run_id)
+    original = [r.state for r in rows]
+    forged = resign_run(rows, SigningKey.load(audited.settings.key_path), edit=edit)
+    try:
+        for row, raw in zip(rows, forged, strict=True):
+            attacker.set_state(run_id, row.version, raw)
+        yield
+    finally:
+        for row, raw in zip(rows, original, strict=True):
+            attacker.set_state(run_id, row.version, raw)
+        attacker.close()
+
+
+def audit_controls_failures(audited: AuditedRun, run_id: str) -> list[str]:
+    """The run replayed afresh: it fails the check audit_controls alone; the reasons."""
+    fresh = Ledger.from_settings(audited.settings)
+    try:
+        replayed = replay_run(fresh, run_id)
+    finally:
+        fresh.close()
+    assert replayed.failed_checks() == ["audit_controls"], replayed.failures
+    return [f.reason for f in replayed.failures]
+
+
 def test_a_resigned_control_score_fails_controls_signed(
     finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
 ) -> None:
     state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
     control_run = state.controls[0].control_run_id
-    attacker = Attacker(audited.settings.ledger_url)
-    rows = attacker.rows(control_run)
-    original = [r.state for r in rows]
     flipped = {"done": False}
 
     def lower(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -338,16 +370,32 @@ def test_a_resigned_control_score_fails_controls_signed(
             payload = {**payload, "score": "0"}
         return payload
 
-    forged = resign_run(rows, SigningKey.load(audited.settings.key_path), edit=lower)
-    try:
-        for row, raw in zip(rows, forged, strict=True):
-            attacker.set_state(control_run, row.version, raw)
+    with forged_run(audited, control_run, lower):
         assert "controls_signed" in failed(audited, ledger, finished["audit_id"])
-    finally:
-        for row, raw in zip(rows, original, strict=True):
-            attacker.set_state(control_run, row.version, raw)
-        attacker.close()
+        # the audited run's own replay holds its AuditControlEvaluated to the control
+        # run: neither the stated tree head nor the stated scores are the control run's
+        reasons = audit_controls_failures(audited, audited.run_id)
+        assert any(f"control run {control_run} has no tree of size" in r for r in reasons)
+        assert any("its scores are not the TrialCompleted events" in r for r in reasons)
     assert failed(audited, ledger, finished["audit_id"]) == []
+
+
+def test_a_control_run_that_does_not_name_the_audit_fails_the_audited_runs_replay(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
+    assert replay_run(ledger, audited.run_id).verified
+
+    def relabel(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype == "RunOpened":
+            return {**payload, "optimizer": "hda-control audit=someone-else run=elsewhere"}
+        return payload
+
+    with forged_run(audited, state.controls[0].control_run_id, relabel):
+        reasons = audit_controls_failures(audited, audited.run_id)
+        assert any("RunOpened does not name this audit and run" in r for r in reasons)
+        assert "controls_signed" in failed(audited, ledger, finished["audit_id"])
+    assert replay_run(ledger, audited.run_id).verified
 
 
 def test_a_resigned_control_score_in_the_audited_run_fails(
@@ -378,17 +426,17 @@ def test_a_resigned_control_score_in_the_audited_run_fails(
         # the score changed, its digest not: the run's own replay names it
         for row, raw in zip(rows, resign_run(rows, key, edit=lower(False)), strict=True):
             attacker.set_state(audited.run_id, row.version, raw)
-        fresh = Ledger.from_settings(audited.settings)
-        try:
-            assert replay_run(fresh, audited.run_id).failed_checks() == ["audit_controls"]
-        finally:
-            fresh.close()
-        # re-hashed too: the run replays, but no longer says what the audit's server
-        # statement and the control run's trials say
+        assert audit_controls_failures(audited, audited.run_id)
+        # re-hashed too: its form holds, but its scores are no longer the control run's
+        # trials (the run's replay names it), nor what the audit's server statement says
         for row, raw in zip(rows, resign_run(rows, key, edit=lower(True)), strict=True):
             attacker.set_state(audited.run_id, row.version, raw)
+        reasons = audit_controls_failures(audited, audited.run_id)  # one per evaluation
+        assert reasons and all(
+            "its scores are not the TrialCompleted events of request" in r for r in reasons
+        )
         report = verify_audit(audited.settings, ledger, log, finished["audit_id"])
-        assert report.failed_checks() == ["controls_signed"], report.failures
+        assert report.failed_checks() == ["run_verified", "controls_signed"], report.failures
         assert "records no such control evaluation" in report.checks["controls_signed"][1]
     finally:
         for row, raw in zip(rows, original, strict=True):

@@ -74,7 +74,16 @@ def test_the_writer_takes_control_evaluations_only_after_run_closed(
     assert [r.type for r in written] == ["AuditControlEvaluated", "Checkpoint"]
     report = replay_run(ledger, run_id)
     assert report.verified, report.failures
-    assert report.sections["audit_controls"] == {"evaluations": 1, "trials": 2, "audits": [AUDIT]}
+    # its control run is not in this ledger: not cross-checked, and said so
+    assert report.sections["audit_controls"] == {
+        "evaluations": 1,
+        "trials": 2,
+        "audits": [AUDIT],
+        "cross_checked": 0,
+        "control_runs_not_at_hand": [CONTROL_RUN],
+    }
+    [check] = [c for c in report.checks if c.name == "audit_controls"]
+    assert check.ok and "1 not (control run not at hand)" in check.detail
     assert [info.state for info in ledger.runs() if info.run_id == run_id] == ["closed"]
 
 

@@ -12,15 +12,24 @@ EvaluationRequested and no DisclosureProjected. This check holds them to that fo
   run in this run (its control run is another run);
 * H0 and H0scale evaluate the run's seed commit; Hval (B5's val-selected candidate) is a
   candidate of the run, and is the only harness scored on the test split;
-* its scores are one per case and attempt, exactly, and hash to ``scores_digest``.
+* its scores are one per case and attempt, exactly, and hash to ``scores_digest``;
+* where its control run is at hand (``CheckInputs.runs``: the same ledger, or an audits
+  bundle), it is that run's word: the control run's RunOpened names this audit and run
+  (optimizer label ``hda-control audit=<id> run=<id>``) and is signed by this run's server
+  key, its first ``control_size`` records hash to ``control_root``, they hold the request
+  (same commit, split, cases and attempts, accepted), and the TrialCompleted events of
+  that request are exactly the stated scores (trial id, case, attempt, score). Where it is
+  not at hand (a run bundle alone), the check says how many it could not cross-check.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
+from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.records import Record
-from holedger.protocol.runs import control_scores_digest
+from holedger.protocol.runs import control_label, control_scores_digest
 from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.events import (
     AuditControlEvaluated,
@@ -40,6 +49,11 @@ class AuditControlsFold:
     def __init__(self, ctx: Any) -> None:
         self.run_id = ctx.run_id
         self.seed = str(ctx.opened.terms.seed_commit)
+        self.server_key = ctx.opened.keys["server"].model_dump(mode="json")
+        self.runs = getattr(ctx.inputs, "runs", None)
+        self.control_runs: dict[str, list[Record] | None] = {}
+        self.crossed = 0  # control evaluations checked against their control run
+        self.not_here: set[str] = set()  # control runs not at hand
         self.closed = False
         self.requests: set[str] = set()
         self.committed: set[str] = set()
@@ -57,7 +71,7 @@ class AuditControlsFold:
         elif isinstance(payload, AuditControlEvaluated):
             self.audits[payload.audit_id] = self.audits.get(payload.audit_id, 0) + 1
             self.trials += len(payload.scores)
-            for reason in self._problems(rec, payload):
+            for reason in self._problems(rec, payload) + self._cross_check(payload):
                 self.failures.append((rec.seq, reason))
 
     def _problems(self, rec: Record, control: AuditControlEvaluated) -> list[str]:
@@ -93,6 +107,73 @@ class AuditControlsFold:
             problems.append(f"{what}: its scores do not hash to its scores_digest")
         return problems
 
+    def _records(self, run_id: str) -> list[Record] | None:
+        if run_id not in self.control_runs:
+            self.control_runs[run_id] = None if self.runs is None else self.runs.run_records(run_id)
+        return self.control_runs[run_id]
+
+    def _cross_check(self, control: AuditControlEvaluated) -> list[str]:
+        """What the control run says against what the server stated in this run."""
+        cid = control.control_run_id
+        what = f"control evaluation {control.request_id} of audit {control.audit_id}"
+        if cid == self.run_id:  # failed above: it ran in this run
+            return []
+        records = self._records(cid)
+        if records is None:
+            self.not_here.add(cid)
+            return []
+        self.crossed += 1
+        first = records[0].payload if records and records[0].type == "RunOpened" else {}
+        problems = []
+        if first.get("optimizer") != control_label(control.audit_id, self.run_id):
+            problems.append(
+                f"{what}: control run {cid}'s RunOpened does not name this audit and run"
+            )
+        if (first.get("keys") or {}).get("server") != self.server_key:
+            problems.append(f"{what}: control run {cid} is not signed by this run's server key")
+        head = records[: control.control_size]
+        frontier = MerkleFrontier()
+        for rec in head:
+            frontier.append(rec.leaf_hash)
+        if len(head) != control.control_size or frontier.root().hex() != control.control_root:
+            problems.append(
+                f"{what}: control run {cid} has no tree of size {control.control_size} with "
+                "the stated root"
+            )
+        asked = next(
+            (
+                r.payload
+                for r in head
+                if r.type == "EvaluationRequested"
+                and r.payload.get("request_id") == control.request_id
+            ),
+            None,
+        )
+        if asked is None or [
+            asked.get("candidate"),
+            asked.get("split"),
+            asked.get("case_ids"),
+            asked.get("attempts"),
+            asked.get("decision"),
+        ] != [control.candidate, control.split, control.case_ids, control.attempts, "accepted"]:
+            problems.append(
+                f"{what}: control run {cid} holds no such accepted request of "
+                f"{control.candidate[:12]} on these cases and attempts"
+            )
+        ran = sorted(
+            (str(p["trial_id"]), str(p["case_id"]), int(p["attempt"]), Fraction(str(p["score"])))
+            for p in (r.payload for r in head if r.type == "TrialCompleted")
+            if p.get("request_id") == control.request_id
+            and (p.get("candidate"), p.get("split")) == (control.candidate, control.split)
+        )
+        stated = sorted((s.trial_id, s.case_id, s.attempt, s.score) for s in control.scores)
+        if ran != stated:
+            problems.append(
+                f"{what}: its scores are not the TrialCompleted events of request "
+                f"{control.request_id} in control run {cid}"
+            )
+        return problems
+
     def finish(self, out: ReportBuilder) -> None:
         out.declare(CHECK, "audit control evaluations: after RunClosed, no optimizer's")
         for seq, reason in self.failures:
@@ -100,15 +181,26 @@ class AuditControlsFold:
         evaluations = sum(self.audits.values())
         out.section(
             CHECK,
-            {"evaluations": evaluations, "trials": self.trials, "audits": sorted(self.audits)},
+            {
+                "evaluations": evaluations,
+                "trials": self.trials,
+                "audits": sorted(self.audits),
+                "cross_checked": self.crossed,
+                "control_runs_not_at_hand": sorted(self.not_here),
+            },
         )
         if not self.failures:
+            crossed = f"; {self.crossed} cross-checked against their control runs" + (
+                f", {evaluations - self.crossed} not (control run not at hand)"
+                if self.crossed < evaluations
+                else ""
+            )
             out.check(
                 CHECK,
                 True,
                 f"{counted(evaluations, 'control evaluation')} for "
                 f"{counted(len(self.audits), 'audit')}, all after RunClosed, outside the "
-                "budget, shown to no optimizer"
+                f"budget, shown to no optimizer{crossed}"
                 if evaluations
                 else "no audit's control evaluation recorded",
             )
