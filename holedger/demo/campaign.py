@@ -28,7 +28,6 @@ import contextlib
 import fcntl
 import shlex
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,12 +38,13 @@ from typing import Any
 from holedger.config import Settings
 from holedger.demo.grid import Cell, Grid
 from holedger.demo.optimizer_log import save_optimizer_log
-from holedger.demo.run import (
+from holedger.demo.sandboxed import (
+    PrivateServer,
     RunFollower,
     choose_backend,
     optimizer_spec,
     prepare_optimizer_dir,
-    start_private_server,
+    private_server,
 )
 from holedger.errors import HoledgerError, NotFoundError, UsageError
 from holedger.ledger.store import Ledger
@@ -191,39 +191,27 @@ def run_campaign(
         Ledger.init_home(cfg)
         say(f"created the home {cfg.home}")
     with campaign_lock(cfg, grid):
-        ledger = Ledger.from_settings(cfg)
-        reader = Ledger.open(cfg.ledger_url, None, create_tables=False)
-        private = Path(tempfile.mkdtemp(prefix="holedger-campaign-"))
         options: dict[str, Any] = {"workers": grid.workers, "backend": chosen.name}
         if executor:
             options["executor"] = executor
-        server = start_private_server(cfg, ledger, private, **options)
-        try:
-            return _run(
-                cfg, grid, task_ids, server, reader, chosen, private, say, progress, started
-            )
-        finally:
-            server.stop()
-            reader.close()
-            ledger.close()
-            shutil.rmtree(private, ignore_errors=True)
+        with private_server(cfg, prefix="holedger-campaign-", **options) as room:
+            return _run(cfg, grid, task_ids, room, chosen, say, progress, started)
 
 
 def _run(
     cfg: Settings,
     grid: Grid,
     task_ids: dict[str, str],
-    server: Any,
-    reader: Ledger,
+    room: PrivateServer,
     backend: Backend,
-    private: Path,
     say: Callable[[str], None],
     progress: Any,
     started: float,
 ) -> CampaignSummary:
     from holedger.server.lifecycle import abort_run
 
-    service = server.service
+    service = room.server.service
+    reader = room.reader
     for ref in grid.tasks:
         baseline = service.ensure_baseline(ref, backend=backend.name)
         say(f"{ref}: seed baseline E(H0) = {float(baseline.e_h0):.3f} (pinned)")
@@ -263,12 +251,11 @@ def _run(
         f"a time, sandbox {backend.name}"
     )
     board = Board(reader, total, already, say, progress)
-    opt_root = private / "optimizers"
+    opt_root = room.folder / "optimizers"
     opt_root.mkdir()
-    gw_sock, api_sock = private / "gateway.sock", private / "api.sock"
 
     def run_cell(cell: Cell) -> CellResult:
-        return _run_cell(cfg, service, backend, cell, grid, opt_root, api_sock, gw_sock, board)
+        return _run_cell(cfg, service, backend, cell, grid, opt_root, room.sockets, board)
 
     def finish_cell(cell: Cell, run_id: str, nominee: str) -> CellResult:
         t0 = time.monotonic()
@@ -314,8 +301,7 @@ def _run_cell(
     cell: Cell,
     grid: Grid,
     opt_root: Path,
-    api_sock: Path,
-    gw_sock: Path,
+    sockets: tuple[Path, Path],
     board: Board,
 ) -> CellResult:
     from holedger.server.lifecycle import abort_run
@@ -330,7 +316,7 @@ def _run_cell(
     folder = opt_root / run_id
     folder.mkdir()
     opt_dir = prepare_optimizer_dir(folder, task.seed_dir.parent / "edits")
-    spec = optimizer_spec(opt_dir, run_id, opened.optimizer_token, (api_sock, gw_sock), cell.args)
+    spec = optimizer_spec(opt_dir, run_id, opened.optimizer_token, sockets, cell.args)
     try:
         result = backend.run(spec)
         save_optimizer_log(cfg, run_id, result)

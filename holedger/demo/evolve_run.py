@@ -8,32 +8,21 @@ run first, once per stream), the example optimizer's evolver mode in its own san
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import concurrent.futures
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from holedger.config import Settings
-from holedger.demo.interrupt import in_daemon_thread, interrupted
+from holedger.demo import sandboxed as box
+from holedger.demo.interrupt import interrupted
 from holedger.demo.optimizer_log import replay_command, save_optimizer_log
-from holedger.demo.run import (
-    DEMO_TASK,
-    OPTIMIZER_LIMITS,
-    RunFollower,
-    _wait,
-    choose_backend,
-    free_ports,
-    prepare_optimizer_dir,
-)
+from holedger.demo.run import DEMO_TASK
 from holedger.ledger.keys import SigningKey
-from holedger.ledger.store import Ledger
 from holedger.output import console, plain
-from holedger.sandboxes.spec import SandboxResult, SandboxSpec
+from holedger.sandboxes.spec import SandboxResult
 from holedger.schemas.events import OptimizerDescriptor
 
 EVOLVER_LABEL = "holedger-example-evolver"
@@ -82,19 +71,18 @@ class EvolveSummary:
 def run_evolve_demo(
     cfg: Settings,
     *,
+    batch: int = DEFAULT_BATCH,
+    steps: int | None = None,
     backend: str | None = None,
     as_json: bool = False,
     task: str = DEMO_TASK,
     workers: int = 2,
-    batch: int = DEFAULT_BATCH,
-    steps: int | None = None,
     descriptor: OptimizerDescriptor | None = None,
 ) -> EvolveSummary:
     """Run the solve-evolve demo; progress on stderr, the summary on stdout (not with
     ``as_json``: the caller prints ``to_json()``)."""
     from holedger.demo.report import replay_in_home
     from holedger.server.evolve import EvolveRuns
-    from holedger.server.serve import start_server
 
     started = time.monotonic()
     err = console(stderr=True)
@@ -102,105 +90,61 @@ def run_evolve_demo(
     def say(text: str) -> None:
         err.print(text, soft_wrap=True)
 
-    chosen = choose_backend(backend, say)
-    if not cfg.key_path.exists():
-        Ledger.init_home(cfg)
-        say(f"created the home {plain(cfg.home)}")
-    ledger = Ledger.from_settings(cfg)
-    reader = Ledger.open(cfg.ledger_url, None, create_tables=False)
-    private = Path(tempfile.mkdtemp(prefix="holedger-demo-"))
-    private.chmod(0o711)
-    api_sock, gw_sock = private / "api.sock", private / "gateway.sock"
-    server = start_server(
-        cfg,
-        ledger,
-        host=None,
-        port=None,
-        socket=api_sock,
-        gateway_port=None,
-        gateway_socket=gw_sock,
-        workers=workers,
-        backend=chosen.name,
-    )
-    run_id: str | None = None
-    fut: Any = None
-    try:
-        service = server.service
-        runs = EvolveRuns(service)
-        dev = len(service.task(task).cases("dev"))
-        count = steps if steps is not None else max(1, dev // max(batch, 1))
-        terms = runs.terms_for(
-            task, batch=batch, steps=count, scope=None, step_tokens=None, stream=None
-        )
-        say(
-            f"holedger demo (solve-evolve): task [bold]{task}[/], {terms.steps} steps of "
-            f"{terms.batch} dev cases, scope {', '.join(terms.scope)}; sandbox "
-            f"[bold]{chosen.name}[/]; the stream's NONE run first, when it has none yet"
-        )
-        opened = runs.open_run(
-            task, terms, optimizer=EVOLVER_LABEL, backend=chosen.name, descriptor=descriptor
-        )
-        run_id = opened.run_id
-        say(f"opened run {run_id}")
-        seed_dir = service.task(task).seed_dir
-        opt_dir = prepare_optimizer_dir(private, seed_dir.parent / "edits")
-        api_port, gw_port = free_ports(2)
-        spec = SandboxSpec(
-            code_dir=opt_dir,
-            argv=["python3", "optimizer.py", "--edits", "edits", "--protocol", "solve-evolve"],
-            env={
-                "HOLEDGER_API_URL": f"http://127.0.0.1:{api_port}/v1/runs/{run_id}",
-                "HOLEDGER_API_TOKEN": opened.optimizer_token,
-                "OPENAI_BASE_URL": f"http://127.0.0.1:{gw_port}/v1",
-                "OPENAI_API_KEY": opened.optimizer_token,
-            },
-            relays={api_port: api_sock, gw_port: gw_sock},
-            limits=OPTIMIZER_LIMITS,
-            label=f"evolver-{run_id[:8]}",
-        )
-        follower = RunFollower(reader)
-        progress = Progress(
-            TextColumn("{task.description:<34}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-        )
-        with progress:
-            bars = {
-                "StepClosed": progress.add_task("steps closed", total=terms.steps),
-                "TrialCompleted": progress.add_task(
-                    "trials (in situ)", total=terms.steps * terms.batch
-                ),
-            }
-            fut = in_daemon_thread(chosen.run, spec)
-
-            def tick() -> None:
-                assert run_id is not None
-                counts = follower.poll(run_id)
-                for key, bar in bars.items():
-                    progress.update(bar, completed=counts.get(key, 0))
-
-            result: SandboxResult = _wait(fut, tick)
-            tick()
-        log_path = save_optimizer_log(cfg, run_id, result)
-        failures: list[str] = []
-        if result.exit_status != 0 or result.timed_out:
-            tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-            failures.append(f"the evolver exited with {result.exit_status}: {' | '.join(tail)}")
-        if not service.state(run_id).closed:
-            failures.append("the evolver stopped before the last step; closed as aborted")
-            service.abort(run_id, failures[-1])
-        home_key = SigningKey.load(cfg.key_path).public
-        report = replay_in_home(cfg, reader, run_id, trusted_keys=[home_key])
-    except KeyboardInterrupt:
-        interrupted(cfg, server, run_id, fut, say)
-        raise
-    finally:
-        server.stop()
-        reader.close()
-        ledger.close()
-        shutil.rmtree(private, ignore_errors=True)
+    chosen = box.choose_backend(backend, say)
+    box.ensure_home(cfg, say)
+    with box.private_server(cfg, workers=workers, backend=chosen.name) as room:
+        run_id: str | None = None
+        fut: concurrent.futures.Future[SandboxResult] | None = None
+        try:
+            service = room.server.service
+            runs = EvolveRuns(service)
+            dev = len(service.task(task).cases("dev"))
+            count = steps if steps is not None else max(1, dev // max(batch, 1))
+            terms = runs.terms_for(
+                task, batch=batch, steps=count, scope=None, step_tokens=None, stream=None
+            )
+            say(
+                f"holedger demo (solve-evolve): task [bold]{task}[/], {terms.steps} steps of "
+                f"{terms.batch} dev cases, scope {', '.join(terms.scope)}; sandbox "
+                f"[bold]{chosen.name}[/]; the stream's NONE run first, when it has none yet"
+            )
+            opened = runs.open_run(
+                task, terms, optimizer=EVOLVER_LABEL, backend=chosen.name, descriptor=descriptor
+            )
+            run_id = opened.run_id
+            say(f"opened run {run_id}")
+            seed_dir = service.task(task).seed_dir
+            opt_dir = box.prepare_optimizer_dir(room.folder, seed_dir.parent / "edits")
+            spec = box.optimizer_spec(
+                opt_dir,
+                run_id,
+                opened.optimizer_token,
+                room.sockets,
+                ["--protocol", "solve-evolve"],
+                label="evolver",
+            )
+            follower = box.RunFollower(room.reader)
+            progress = box.demo_progress(err)
+            with progress:
+                bars = {
+                    "StepClosed": progress.add_task("steps closed", total=terms.steps),
+                    "TrialCompleted": progress.add_task(
+                        "trials (in situ)", total=terms.steps * terms.batch
+                    ),
+                }
+                fut = box.in_daemon_thread(chosen.run, spec)
+                result = box.follow_optimizer(fut, follower, run_id, progress, bars)
+            log_path = save_optimizer_log(cfg, run_id, result)
+            failure = box.exit_failure(result, "evolver")
+            failures = [] if failure is None else [failure]
+            if not service.state(run_id).closed:
+                failures.append("the evolver stopped before the last step; closed as aborted")
+                service.abort(run_id, failures[-1])
+            home_key = SigningKey.load(cfg.key_path).public
+            report = replay_in_home(cfg, room.reader, run_id, trusted_keys=[home_key])
+        except KeyboardInterrupt:
+            interrupted(cfg, room.server, run_id, fut, say)
+            raise
     section = report.sections.get("solve_evolve") or {}
 
     def frac(key: str) -> Fraction | None:

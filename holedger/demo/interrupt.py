@@ -22,10 +22,9 @@ import os
 import shlex
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from holedger.config import Settings
 from holedger.demo.optimizer_log import replay_command, save_optimizer_log
@@ -33,28 +32,9 @@ from holedger.demo.optimizer_log import replay_command, save_optimizer_log
 if TYPE_CHECKING:
     from holedger.sandboxes.spec import SandboxResult
 
-T = TypeVar("T")
 WHY = "interrupted (Ctrl-C) during holedger demo"
 # How long the optimizer may take to stop once the server refuses it new work.
 OPTIMIZER_STOP_S = 60.0
-
-
-def in_daemon_thread(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-    """``fn(*args)`` in a daemon thread: an interrupted demo never waits at exit for it
-    (a thread pool's workers are joined when the interpreter exits). A sandbox started
-    from it dies with it (bubblewrap's --die-with-parent)."""
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=work, name="demo", daemon=True).start()
-    return future
 
 
 def opened_meanwhile(reader: Any, before: set[str]) -> str | None:

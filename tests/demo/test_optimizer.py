@@ -12,7 +12,7 @@ import pytest
 
 from holedger.demo.optimizer import optimizer as opt
 from holedger.demo.optimizer_log import parse_log
-from holedger.demo.run import OPTIMIZER_SOURCE, prepare_optimizer_dir
+from holedger.demo.sandboxed import OPTIMIZER_SOURCE, prepare_optimizer_dir
 
 TASK_ROOT = Path(__file__).resolve().parents[2] / "holedger" / "tasks" / "bundled" / "officeqa-lite"
 
