@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from holedger.errors import SandboxError
+from holedger.errors import SandboxError, Unavailable
 
 
 class TrialLost(SandboxError):
@@ -14,3 +14,9 @@ class TrialLost(SandboxError):
     def __init__(self, message: str, node: str | None) -> None:
         super().__init__(message)
         self.node = node
+
+
+class ExecutorGone(Unavailable):
+    """The executor's cluster went away while trials ran: the evaluation fails with this,
+    its request left as a stopped server leaves one (the run's next request, or ``holedger
+    run recover``, records it with its trials as not run)."""

@@ -1,6 +1,11 @@
 """What a node does with one trial: the candidate tree from its cache (checked by id), a
 relay to the server's trial front, and the trial in the node's own sandbox.
 
+A node runs trials in a :class:`NodeWorker`, one long-lived process per node and server
+(a Ray actor, made by the driver, ``ray_driver.py``): it takes each trial's job as plain
+JSON and gives back its result as JSON (``wire.py``), so nothing the node sends is
+unpickled by the server.
+
 The node chooses its sandbox as ``holedger doctor`` would: bubblewrap, else Docker; a
 plan that names ``process`` (no isolation, asked for by name) runs so, and is recorded
 and flagged as everywhere else. The result says which backend and isolation ran the
@@ -9,14 +14,18 @@ trial and the node's id, for TrialCompleted.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from holedger.errors import HoledgerError
 from holedger.executors.relay import FrontAddress, NodeRelay
 from holedger.executors.trees import GitObject, TreeCache
+from holedger.executors.wire import WireError, b64, field, result_to_json, unb64
 from holedger.sandboxes import Limits, SandboxResult, SandboxSpec, get_backend
 
 CACHE_ENV = "HOLEDGER_NODE_CACHE"
@@ -25,7 +34,7 @@ _caches: dict[Path, TreeCache] = {}
 
 @dataclass(frozen=True)
 class NodeJob:
-    """One trial as it travels to a node (everything in it is plain and picklable)."""
+    """One trial as it travels to a node (as JSON: :func:`job_to_json`)."""
 
     trial_id: str
     tree: str
@@ -36,6 +45,74 @@ class NodeJob:
     backend: str
     front: FrontAddress | None = None
     token: str | None = None  # the trial's gateway token (dies with the trial)
+
+
+def job_to_json(job: NodeJob) -> dict[str, Any]:
+    front = job.front
+    return {
+        "trial_id": job.trial_id,
+        "tree": job.tree,
+        "argv": list(job.argv),
+        "stdin": b64(job.stdin),
+        "model": job.model,
+        "limits": asdict(job.limits),
+        "backend": job.backend,
+        "front": None
+        if front is None
+        else {**asdict(front), "cert_pem": front.cert_pem.decode("ascii")},
+        "token": job.token,
+    }
+
+
+def job_from_json(obj: Any) -> NodeJob:
+    argv = field(obj, "argv", list)
+    if not all(isinstance(a, str) for a in argv):
+        raise WireError("'argv' is not a list of strings")
+    limits = field(obj, "limits", dict)
+    if set(limits) != set(asdict(Limits())) or not all(
+        isinstance(v, (int, float, type(None))) and not isinstance(v, bool) for v in limits.values()
+    ):
+        raise WireError("'limits' does not name the sandbox's limits")
+    front = field(obj, "front", dict, type(None))
+    return NodeJob(
+        trial_id=field(obj, "trial_id", str),
+        tree=field(obj, "tree", str),
+        argv=tuple(argv),
+        stdin=unb64(field(obj, "stdin", str), "stdin"),
+        model=field(obj, "model", str),
+        limits=Limits(**limits),
+        backend=field(obj, "backend", str),
+        front=None
+        if front is None
+        else FrontAddress(
+            host=field(front, "host", str),
+            port=field(front, "port", int),
+            cert_pem=field(front, "cert_pem", str).encode("ascii"),
+            fingerprint=field(front, "fingerprint", str),
+            trial_id=field(front, "trial_id", str),
+            secret=field(front, "secret", str),
+        ),
+        token=field(obj, "token", str, type(None)),
+    )
+
+
+class NodeWorker:
+    """A node's long-lived trial runner (a Ray actor on the node ``node_id``)."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        tree_cache()
+
+    def ready(self) -> str:
+        return self.node_id
+
+    def run(self, job: dict[str, Any], objects: list[GitObject] | None) -> bytes:
+        """Run one trial; its result, or the node's own error, as a JSON object."""
+        try:
+            result = run_job(job_from_json(job), objects, self.node_id)
+        except HoledgerError as exc:
+            return json.dumps({"error": exc.one_line()}).encode()
+        return json.dumps({"result": result_to_json(result)}).encode()
 
 
 def cache_root() -> Path:
@@ -57,7 +134,7 @@ def node_backend(requested: str) -> str:
 def run_job(job: NodeJob, objects: list[GitObject] | None, node_id: str) -> SandboxResult:
     """Run ``job`` here; ``objects`` are its tree's objects when the caller sent them."""
     cache = tree_cache()
-    if objects is not None:
+    if objects is not None and not cache.has(job.tree):
         cache.store(objects)
     backend = get_backend(node_backend(job.backend))
     work = Path(tempfile.mkdtemp(prefix="holedger-node-"))

@@ -1,51 +1,60 @@
-"""The Ray executor (``ray://HEAD:PORT``): each trial a Ray task on a prepared node.
+"""The Ray executor (``ray://HEAD:PORT``): trials on prepared nodes of a Ray cluster.
 
 Chosen by ``holedger serve --executor ray://HEAD:PORT`` (or ``HOLEDGER_EXECUTOR``), where
-HEAD:PORT is the Ray head's GCS address (``ray start --head --port PORT``); the server
-joins the cluster as a driver. Only nodes that offer the custom resource
-``holedger_trial`` (``ray start --resources '{"holedger_trial": N}'``, N trials at a time)
-take trials: the executor places each trial on one of them itself (the least busy, by its
-own count of trials in flight against each node's N), so it always knows where a trial
-ran or was lost.
+HEAD:PORT is the Ray head's GCS address (``ray start --head --port PORT``). The server
+process is not Ray's driver: the executor starts a driver process of its own
+(``ray_driver.py``) and talks to it over a socket pair in plain JSON (``wire.py``,
+through ``driver_link.py``), so the server never imports Ray nor unpickles what nodes
+send. When the driver ends (Ray ends a driver whose head has gone) or finds that its node
+is no longer in the cluster (the head restarted), the executor starts a new driver on its
+next check or submission, and the same server goes on with the new cluster.
 
-* The candidate tree travels as its git objects, put in Ray's object store once per tree
-  and fetched by a node only when its cache lacks that tree id (trees.py checks every
-  object against its id on the node).
+Only nodes that offer the custom resource ``holedger_trial`` (``ray start --resources
+'{"holedger_trial": N}'``, N trials at a time) take trials: the executor places each
+trial on one of them itself (the least busy, by its own count of trials in flight against
+each node's N), so it always knows where a trial ran or was lost.
+
+* The candidate tree travels as its git objects, by its tree id: the driver sends them
+  with a node's trials of that tree until the node has run one (then its cache has it;
+  trees.py checks every object against its id on the node, when stored and when used).
 * The trial's gateway: the server's :class:`~holedger.executors.relay.TrialFront` (TLS,
   a certificate made at start and pinned in each trial's job) lets the trial's relay
   through to the trial's own gateway socket while the trial runs.
-* Faults: a task whose worker or node died, whose result was lost, or that gave no
+* Faults: a trial whose worker or node died, whose result was lost, or that gave no
   result within the trial's wall time plus a grace, ends in :class:`TrialLost` naming the
   node; the server then runs the trial once more, on another node, under a new trial id,
-  or records it as not run. A cluster that is gone fails :meth:`RayExecutor.check`, so
-  the next request is refused before it is recorded.
-
-Ray is imported only here, and this module only when the executor is chosen.
+  or records it as not run. A cluster that goes away while trials run (the driver ends,
+  or the head stops answering) fails them with :class:`ExecutorGone`, which fails the
+  evaluation; a cluster that is gone fails :meth:`RayExecutor.check`, so the next request
+  is refused before it is recorded.
 """
 
 from __future__ import annotations
 
 import collections
+import importlib.util
 import os
 import socket
 import threading
 import time
 import urllib.parse
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
-from holedger.errors import HoledgerError, SandboxError, Unavailable, UsageError
-from holedger.executors.faults import TrialLost
-from holedger.executors.node import NodeJob, run_job, tree_cache
+from holedger.errors import SandboxError, Unavailable, UsageError
+from holedger.executors.driver_link import DriverFailed, DriverLink
+from holedger.executors.faults import ExecutorGone, TrialLost
+from holedger.executors.node import NodeJob, job_to_json
 from holedger.executors.relay import TrialFront
-from holedger.executors.trees import pack_tree
+from holedger.executors.wire import WireError, result_from_json
 from holedger.sandboxes import SandboxResult
 
 RESOURCE = "holedger_trial"
 GRACE_S = 60.0  # on top of a trial's wall time, for the transfer and the sandbox's start
 NODES_TTL_S = 2.0
-TREE_REFS = 64  # trees kept in the object store at once (the newest)
+ASK_TIMEOUT_S = 30.0  # for the driver's list of nodes
+WATCH_S = 2.0
+HEAD_MISSES = 3  # the head's port unanswered this many watches in a row ends the driver
 FRONT_HOST_ENV = "HOLEDGER_FRONT_HOST"
 FRONT_PORT_ENV = "HOLEDGER_FRONT_PORT"
 
@@ -60,15 +69,12 @@ def parse_url(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
+def _require_ray() -> None:
+    if importlib.util.find_spec("ray") is None:
         raise UsageError(
             "the Ray executor needs Ray, which is not installed",
             hint="pip install 'holedger[ray]'",
-        ) from None
-    return ray
+        )
 
 
 def _reachable(host: str, port: int) -> str:
@@ -83,56 +89,40 @@ def _reachable(host: str, port: int) -> str:
         ) from None
 
 
-def _ray_trial(job: NodeJob, holder: list[Any]) -> SandboxResult:
-    """The Ray task: runs on the node it was placed on."""
-    import ray
-
-    node_id = str(ray.get_runtime_context().get_node_id())
-    objects = None if tree_cache().has(job.tree) else ray.get(holder[0])
-    return run_job(job, objects, node_id)
-
-
 class RayExecutor:
-    """Trials as Ray tasks (see the module's doc)."""
+    """Trials on a Ray cluster, through a driver process (see the module's doc)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.host, self.port = parse_url(url)
+        self.address = f"{self.host}:{self.port}"
         local = _reachable(self.host, self.port)
-        self.ray = _import_ray()
-        try:
-            if not self.ray.is_initialized():
-                self.ray.init(
-                    address=f"{self.host}:{self.port}",
-                    logging_level="ERROR",
-                    log_to_driver=False,
-                    configure_logging=False,
-                    namespace="holedger",
-                )
-        except Exception as exc:
-            raise UsageError(
-                f"cannot join the Ray cluster at {self.host}:{self.port}: {exc}",
-                hint="is it a Ray head's GCS port (ray start --head --port PORT)?",
-            ) from None
+        _require_ray()
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._driver: DriverLink | None = None
+        self.drivers_started = 0
         self._nodes: dict[str, float] = {}
         self._nodes_at = 0.0
         self._inflight: collections.Counter[str] = collections.Counter()
-        if not self.nodes():
-            self.ray.shutdown()
+        self._pending: dict[str, tuple[Future[SandboxResult], str, DriverLink]] = {}
+        try:
+            link = self._start()
+        except DriverFailed as exc:
             raise UsageError(
-                f"no node of the Ray cluster at {self.host}:{self.port} offers {RESOURCE}",
+                f"cannot join the Ray cluster at {self.address}: {exc}",
+                hint="is it a Ray head's GCS port (ray start --head --port PORT)?",
+            ) from None
+        if not self._nodes:
+            link.close()
+            raise UsageError(
+                f"no node of the Ray cluster at {self.address} offers {RESOURCE}",
                 hint=f"start workers with ray start --resources '{{\"{RESOURCE}\": N}}'",
             )
-        self._trees: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
         self.front = TrialFront(
             os.environ.get(FRONT_HOST_ENV) or local, int(os.environ.get(FRONT_PORT_ENV) or 0)
         )
-        self._remote = self.ray.remote(resources={RESOURCE: 1}, num_cpus=0, max_retries=0)(
-            _ray_trial
-        )
-        self._deadlines: dict[Any, float] = {}
-        self._watch_stop = threading.Event()
+        self._stop = threading.Event()
         threading.Thread(target=self._watch, name="holedger-ray-watch", daemon=True).start()
 
     # ------------------------------------------------------------------ the interface
@@ -141,27 +131,32 @@ class RayExecutor:
         try:  # first the head's port, at once: Ray's own calls wait for a head that is gone
             socket.create_connection((self.host, self.port), timeout=3).close()
         except OSError:
-            raise Unavailable(
-                f"the Ray cluster at {self.host}:{self.port} is gone: its head does not answer",
-                hint="start it again; 'holedger run recover RUN' records what it left",
-            ) from None
-        try:
-            alive = self.nodes(fresh=True)
-        except Exception as exc:
-            raise Unavailable(
-                f"the Ray cluster at {self.host}:{self.port} is gone: {exc}",
-                hint="start it again; 'holedger run recover RUN' records what it left",
-            ) from None
+            raise self._gone_error("its head does not answer") from None
+        why: DriverFailed | None = None
+        for _attempt in range(2):  # a driver of a cluster that changed is replaced once
+            try:
+                alive = self.nodes(fresh=True)
+                break
+            except DriverFailed as exc:
+                why = exc
+                self._drop_driver()
+        else:
+            raise self._gone_error(str(why)) from None
         if not alive:
             raise Unavailable(
-                f"no node of the Ray cluster at {self.host}:{self.port} offers {RESOURCE} now",
+                f"no node of the Ray cluster at {self.address} offers {RESOURCE} now",
                 hint="start or restart its workers",
             )
 
     def submit(self, plan: Any) -> Future[SandboxResult]:
         future: Future[SandboxResult] = Future()
-        avoid = set(getattr(plan, "avoid", ()) or ())
-        node = self._pick(avoid)
+        try:
+            link = self._link()
+            nodes = self.nodes()
+        except DriverFailed as exc:
+            future.set_exception(self._gone(str(exc)))
+            return future
+        node = self._pick(nodes, set(getattr(plan, "avoid", ()) or ()))
         if node is None:
             future.set_exception(
                 TrialLost(f"no other node of the Ray cluster offers {RESOURCE}", None)
@@ -180,112 +175,174 @@ class RayExecutor:
             front=front,
             token=None if gateway is None else gateway.token,
         )
-        try:
-            holder = [self._tree_ref(str(plan.repository), plan.tree)]
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            ref = self._remote.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-            ).remote(job, holder)
-        except Exception as exc:
-            self.front.close(plan.trial_id)
-            future.set_exception(TrialLost(f"Ray refused the task: {exc}", node))
-            return future
         with self._lock:
+            self._pending[plan.trial_id] = (future, node, link)
             self._inflight[node] += 1
-            self._deadlines[ref] = time.monotonic() + float(plan.limits.wall_s) + GRACE_S
-        ref.future().add_done_callback(lambda f: self._done(f, future, plan.trial_id, node, ref))
+        try:
+            if link.gone.is_set():
+                raise OSError("the driver has gone")
+            link.run(
+                {
+                    "trial": plan.trial_id,
+                    "node": node,
+                    "slots": nodes[node],
+                    "job": job_to_json(job),
+                    "repository": str(plan.repository),
+                    "deadline_s": float(plan.limits.wall_s) + GRACE_S,
+                }
+            )
+        except OSError:
+            self._finish(plan.trial_id, self._gone(link.last_words() or "its driver ended"))
         return future
 
     def describe(self) -> dict[str, str]:
         return {
             "executor": "ray",
-            "address": f"{self.host}:{self.port}",
+            "address": self.address,
             "nodes": str(len(self._nodes)),
             "front": f"{self.front.host}:{self.front.port}",
         }
 
     def close(self) -> None:
-        self._watch_stop.set()
+        self._stop.set()
         self.front.stop()
-        self._trees.clear()
-        if self.ray.is_initialized():
-            self.ray.shutdown()
+        with self._start_lock:
+            link, self._driver = self._driver, None
+        if link is not None:
+            link.close()
 
-    # ------------------------------------------------------------------ placement
+    # ------------------------------------------------------------------ the driver
+
+    def _start(self) -> DriverLink:
+        try:  # Ray's driver would wait a minute for a head that is gone
+            socket.create_connection((self.host, self.port), timeout=3).close()
+        except OSError:
+            raise DriverFailed("its head does not answer") from None
+        link = DriverLink(self.address, self._on_done, self._on_gone)
+        with self._lock:
+            self._driver = link
+            self._nodes = link.first_nodes
+            self._nodes_at = time.monotonic()
+        self.drivers_started += 1
+        return link
+
+    def _link(self) -> DriverLink:
+        """The running driver, or a new one when it has gone (the head restarted, Ray
+        ended it): a DriverFailed when none can join the cluster now."""
+        with self._start_lock:
+            link = self._driver
+            if link is not None and link.alive():
+                return link
+            return self._start()
+
+    def _drop_driver(self) -> None:
+        with self._start_lock:
+            link, self._driver = self._driver, None
+        if link is not None:
+            link.kill()
 
     def nodes(self, fresh: bool = False) -> dict[str, float]:
         """Live nodes offering the trial resource: node id -> trials at a time."""
         with self._lock:
-            if fresh or time.monotonic() - self._nodes_at > NODES_TTL_S:
-                self._nodes = {
-                    str(n["NodeID"]): float(n["Resources"][RESOURCE])
-                    for n in self.ray.nodes()
-                    if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) > 0
-                }
-                self._nodes_at = time.monotonic()
-            return dict(self._nodes)
+            if not fresh and time.monotonic() - self._nodes_at <= NODES_TTL_S:
+                return dict(self._nodes)
+        link = self._link()
+        offering, attached = link.nodes(ASK_TIMEOUT_S)
+        if not attached:  # the head restarted: this driver's node is not in the cluster
+            raise DriverFailed("the Ray driver's node is no longer in the cluster")
+        with self._lock:
+            self._nodes = offering
+            self._nodes_at = time.monotonic()
+            return dict(offering)
 
-    def _pick(self, avoid: set[str]) -> str | None:
-        nodes = {n: c for n, c in self.nodes().items() if n not in avoid}
+    def _pick(self, nodes: dict[str, float], avoid: set[str]) -> str | None:
+        nodes = {n: c for n, c in nodes.items() if n not in avoid}
         if not nodes:
             return None
         with self._lock:
             return min(nodes, key=lambda n: (self._inflight[n] / nodes[n], self._inflight[n], n))
 
-    def _tree_ref(self, repository: str, tree: str) -> Any:
-        key = (repository, tree)
-        with self._lock:
-            ref = self._trees.get(key)
-            if ref is not None:
-                self._trees.move_to_end(key)
-                return ref
-        ref = self.ray.put(pack_tree(Path(repository), tree))
-        with self._lock:
-            self._trees[key] = ref
-            while len(self._trees) > TREE_REFS:
-                self._trees.popitem(last=False)
-        return ref
-
     # ------------------------------------------------------------------ results
 
-    def _done(
-        self, done: Future[Any], future: Future[SandboxResult], trial: str, node: str, ref: Any
-    ) -> None:
-        self.front.close(trial)
+    def _on_done(self, message: dict[str, Any]) -> None:
+        trial = message.get("trial")
         with self._lock:
-            self._inflight[node] -= 1
-            self._deadlines.pop(ref, None)
-        try:
-            future.set_result(done.result())
-        except Exception as exc:
-            future.set_exception(self._fault(exc, node))
+            entry = self._pending.get(trial) if isinstance(trial, str) else None
+        if entry is None or not isinstance(trial, str):
+            return
+        self._finish(trial, _outcome(message, entry[1]))
 
-    def _fault(self, exc: BaseException, node: str) -> BaseException:
-        """What the server sees of a task's failure: the node's own error (a candidate
-        object that does not match its id, an unavailable sandbox) as it was raised, and
-        anything of Ray's (a dead worker or node, a lost or cancelled task) as TrialLost."""
-        exceptions = self.ray.exceptions
-        if isinstance(exc, exceptions.RayTaskError):
-            cause = exc.as_instanceof_cause()
-            if isinstance(cause, HoledgerError):
-                return cause
-            return SandboxError(f"the trial failed on node {node[:12]}: {exc.cause!r}")
-        if isinstance(exc, exceptions.TaskCancelledError):
-            why = "gave no result within its wall time and a grace; cancelled"
+    def _on_gone(self, link: DriverLink) -> None:
+        with self._lock:
+            dead = [t for t, entry in self._pending.items() if entry[2] is link]
+            if self._driver is link:
+                self._driver = None
+        why = link.last_words() or "its driver ended"
+        for trial in dead:
+            self._finish(trial, self._gone(why))
+
+    def _finish(self, trial: str, outcome: SandboxResult | BaseException) -> None:
+        with self._lock:
+            entry = self._pending.pop(trial, None)
+            if entry is None:
+                return
+            self._inflight[entry[1]] -= 1
+        self.front.close(trial)
+        if isinstance(outcome, BaseException):
+            entry[0].set_exception(outcome)
         else:
-            why = f"was lost ({type(exc).__name__})"
-        return TrialLost(f"the trial's task on node {node[:12]} {why}", node)
+            entry[0].set_result(outcome)
+
+    def _gone(self, why: str) -> ExecutorGone:
+        return ExecutorGone(
+            f"the Ray cluster at {self.address} went away while trials ran: {why}",
+            hint="start it again; the run's next request, or 'holedger run recover RUN', "
+            "records what it left",
+        )
+
+    def _gone_error(self, why: str) -> Unavailable:
+        return Unavailable(
+            f"the Ray cluster at {self.address} is gone: {why}",
+            hint="start it again; 'holedger run recover RUN' records what it left",
+        )
 
     def _watch(self) -> None:
-        while not self._watch_stop.wait(1.0):
-            now = time.monotonic()
+        """While trials run, the head's port: a head that stops answering for a while
+        ends the driver, so its trials fail now rather than when Ray gives up."""
+        missed = 0
+        while not self._stop.wait(WATCH_S):
             with self._lock:
-                late = [ref for ref, at in self._deadlines.items() if at < now]
-                for ref in late:
-                    self._deadlines.pop(ref, None)
-            for ref in late:
-                try:
-                    self.ray.cancel(ref, force=True)
-                except Exception:  # already ended
-                    continue
+                busy = bool(self._pending)
+                link = self._driver
+            if not busy or link is None:
+                missed = 0
+                continue
+            try:
+                socket.create_connection((self.host, self.port), timeout=2).close()
+                missed = 0
+            except OSError:
+                missed += 1
+                if missed >= HEAD_MISSES:
+                    link.kill()
+                    missed = 0
+
+
+def _outcome(message: dict[str, Any], node: str) -> SandboxResult | BaseException:
+    """What the driver's ``done`` says of a trial placed on ``node``, decoded field by
+    field: the node's result, its own error, or the trial lost."""
+    if isinstance(message.get("lost"), str):
+        return TrialLost(str(message["lost"]), node)
+    if isinstance(message.get("failed"), str):
+        return SandboxError(str(message["failed"]))
+    reply = message.get("reply")
+    try:
+        if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+            return SandboxError(f"on node {node[:12]}: {reply['error']}")
+        if not isinstance(reply, dict) or "result" not in reply:
+            raise WireError("the reply holds neither a result nor an error")
+        result = result_from_json(reply["result"])
+        if result.node != node:
+            raise WireError(f"the result names node {str(result.node)[:12]}")
+        return result
+    except WireError as exc:
+        return SandboxError(f"node {node[:12]} gave a malformed result: {exc}")

@@ -4,7 +4,10 @@ The trials of one request run ``workers`` at a time, each in a trial thread of i
 that hands its sandbox to the executor (:mod:`holedger.server.executor`) and scores the
 result (:class:`~holedger.server.trials.TrialRunner`). A trial whose sandbox failed is
 recorded as a failed trial, never lost. An interrupt (Ctrl-C) stops the trials not yet
-started and waits for the running ones, so the request is recorded whole.
+started and waits for the running ones, so the request is recorded whole. An executor
+whose cluster went away while trials ran (ExecutorGone) fails the request instead: the
+trials not yet started are dropped, and the request is left as a stopped server leaves
+one, for the run's next request (or ``holedger run recover``) to record as not run.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from holedger.errors import HoledgerError
+from holedger.executors.faults import ExecutorGone
 from holedger.protocol import rules
 from holedger.schemas.events import DisclosurePolicy, DisclosureProjected, EvaluationRequested
 from holedger.schemas.types import Role
@@ -79,6 +83,11 @@ def run_trials(
                 if ended is not None:
                     futures[-1].add_done_callback(ended)
             return [future.result() for future in futures]
+        except ExecutorGone:  # the cluster went away: the others fail at once too
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            raise
         except BaseException:  # interrupted (Ctrl-C): record what ran and what did not
             not_started = sum(future.cancel() for future in futures)
             not_started += len(refs) - len(futures)
@@ -103,6 +112,8 @@ def run_one(runner: TrialRunner, ref: TrialRef) -> TrialOutcome:
     """Run one trial; a sandbox failure is recorded as a failed trial, never lost."""
     try:
         return runner.run(ref)
+    except ExecutorGone:
+        raise  # the request fails whole (run_trials)
     except HoledgerError as exc:
         detail = exc.one_line()
     except Exception as exc:  # the trial must be recorded whatever broke

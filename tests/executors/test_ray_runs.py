@@ -21,10 +21,8 @@ from server.tinytask import MODEL_MAIN, model_task, write_task_folder
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
 from holedger.replay.runs import replay_run
-from holedger.server.gateway_link import GatewayLink
-from holedger.server.service import RunService
 
-from .ray_cluster import cluster_fixture
+from .ray_cluster import cluster_fixture, ray_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("ray")]
 
@@ -76,19 +74,10 @@ def test_the_demo_on_ray_verifies_with_trials_on_two_nodes(cluster: Any, tmp_pat
 def test_a_worker_killed_mid_evaluation_its_trials_run_once_more_elsewhere(
     cluster: Any, tmp_path: Path
 ) -> None:
-    from holedger.executors.ray_cluster import RayExecutor
     from holedger.server.lifecycle import abort_run
 
-    home = Settings.resolve(tmp_path / "home")
-    Ledger.init_home(home)
     task = model_task(tmp_path / "task", wait_s=20)
-    ledger = Ledger.from_settings(home)
-    link = GatewayLink(ledger)
-    executor = RayExecutor(f"ray://{cluster.address}")
-    service = RunService(
-        home, ledger, gateway=link, task_loader=lambda r: task, workers=4, executor=executor
-    )
-    try:
+    with ray_service(tmp_path / "home", cluster.address, task) as (service, executor, ledger, link):
         run_id = service.open_run("model", baseline=False).run_id
         done: dict[str, Any] = {}
         evaluation = threading.Thread(
@@ -128,11 +117,6 @@ def test_a_worker_killed_mid_evaluation_its_trials_run_once_more_elsewhere(
         abort_run(service, run_id, "the test ends here")
         report = replay_run(ledger, run_id)
         assert report.verdict == "verified-aborted", report.failed_checks()
-    finally:
-        service.close()
-        executor.close()
-        link.close()
-        ledger.close()
 
 
 def test_a_campaign_on_ray_completes_with_every_trial_on_a_node(
