@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
+from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group
 from holedger.errors import UsageError
 from holedger.numbers import decimal
 from holedger.output import console, emit_json, plain, settings, table
+from holedger.replay.options import with_options
 from holedger.replay.report import counted
 
 if TYPE_CHECKING:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from holedger.analysis.csvtable import plain_number
-from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group, with_options
+from holedger.analysis.group import BUNDLES, JSON, TASK, TRUSTED, analysis_group
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, plain, settings, table
+from holedger.replay.options import with_options
 
 if TYPE_CHECKING:
     from holedger.analysis.sources import Source

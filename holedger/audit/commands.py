@@ -13,6 +13,7 @@ import click
 from holedger.errors import UsageError
 from holedger.output import console, emit_json, settings, table
 from holedger.replay.commands import OTHER_LOGS
+from holedger.replay.options import trusted_key_option
 
 KEY_HELP = "The auditor's private key file (make one with 'holedger audit key new FILE')."
 
@@ -240,11 +241,8 @@ def show_cmd(ctx: click.Context, audit: str, as_json: bool) -> None:
 
 @audit_group.command("verify")
 @click.argument("audit", required=False)
-@click.option(
-    "--trusted-key",
-    "trusted",
-    multiple=True,
-    help="A verifier key (name+id+key) or keyring file; pins the run's and the auditor's keys.",
+@trusted_key_option(
+    "A verifier key (name+id+key) or keyring file; pins the run's and the auditor's keys."
 )
 @click.option(
     "--bundle",

@@ -17,6 +17,7 @@ from holedger.ledger.fastpath import parse_record
 from holedger.ledger.keys import SigningKey, load_trusted_keys
 from holedger.ledger.note import parse_checkpoint, parse_note
 from holedger.output import console, emit_json, plain, progress_bar, settings
+from holedger.replay.options import trusted_key_option
 from holedger.replay.report import score_text
 from holedger.schemas.canonical import parse_json
 
@@ -124,7 +125,7 @@ def _looks_like_envelope(text: str) -> bool:
 
 @click.command("verify-attestation")
 @click.argument("attestation")
-@click.option("--trusted-key", "trusted", multiple=True, required=True, help="Signer vkey(s).")
+@trusted_key_option("Signer vkey(s).", required=True)
 @click.option("--bundle", "bundle_file", help="Check that this bundle is a subject.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statement as JSON.")
 def verify_attestation_cmd(

@@ -30,7 +30,8 @@ from holedger.bundles.verify import verify_bundle
 from holedger.errors import NotFoundError, UsageError
 from holedger.ledger.keys import load_trusted_keys
 from holedger.output import console, emit_json, progress_bar, settings
-from holedger.replay.commands import print_report, trusted_key_option
+from holedger.replay.commands import print_report
+from holedger.replay.options import audit_task_option, trusted_key_option, witness_options
 
 if TYPE_CHECKING:
     from holedger.ledger.store import Ledger
@@ -161,27 +162,15 @@ def _baseline_run_id(ledger: Ledger, run_id: str) -> str:
 @click.command("verify")
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@trusted_key_option
+@trusted_key_option()
 @click.option(
     "--checkpoint",
     "checkpoint_files",
     multiple=True,
     help="A checkpoint note published elsewhere; the bundle must contain its tree.",
 )
-@click.option("--policy", "policy_file", help="A C2SP tlog-policy file (logs, witnesses, quorum).")
-@click.option(
-    "--witness",
-    "witnesses",
-    multiple=True,
-    help="A witness cosigner vkey (0x04), or a file of them; repeatable.",
-)
-@click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
-@click.option(
-    "--task",
-    "task",
-    default=None,
-    help="A task name or folder for the leakage audit (default: the task the run names).",
-)
+@witness_options("A C2SP tlog-policy file (logs, witnesses, quorum).")
+@audit_task_option
 @click.option(
     "--baseline",
     "baseline",

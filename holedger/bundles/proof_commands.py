@@ -34,6 +34,7 @@ from holedger.ledger.proofs import verify_consistency, verify_inclusion
 from holedger.ledger.tlog import TLOG_PROOF_HEADER, TlogProof, parse_tlog_proof
 from holedger.output import console, emit_json, plain
 from holedger.protocol.runs import origin_of
+from holedger.replay.options import trusted_key_option, witness_options
 from holedger.replay.report import counted
 from holedger.schemas.canonical import b64decode_strict
 
@@ -157,24 +158,14 @@ def prove_cmd(
 
 @click.command("verify-proof")
 @click.argument("proof_file")
-@click.option(
-    "--trusted-key",
-    "trusted",
-    multiple=True,
+@trusted_key_option(
+    "The run's server key (and, to check the event's own signature, its role key).",
     required=True,
-    help="The run's server key (and, to check the event's own signature, its role key).",
 )
 @click.option(
     "--old-checkpoint", help="For a consistency proof: the earlier checkpoint note to extend."
 )
-@click.option("--policy", "policy_file", help="A C2SP tlog-policy file (witness quorum).")
-@click.option(
-    "--witness",
-    "witnesses",
-    multiple=True,
-    help="A witness cosigner vkey (0x04), or a file of them; repeatable.",
-)
-@click.option("--quorum", type=int, help="How many --witness cosignatures are needed.")
+@witness_options("A C2SP tlog-policy file (witness quorum).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify_proof_cmd(
     proof_file: str,

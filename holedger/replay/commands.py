@@ -17,6 +17,7 @@ from holedger.ledger.keys import PublicKey, load_trusted_keys
 from holedger.numbers import amount
 from holedger.output import console, emit_json, plain, progress_bar, settings, table
 from holedger.protocol.rules import band_outcome_text
+from holedger.replay.options import audit_task_option, trusted_key_option
 from holedger.replay.report import ReplayReport, counted, score_text, scores_mean_text
 
 
@@ -127,25 +128,12 @@ def print_scores(report: ReplayReport) -> None:
 OtherLog = Callable[[click.Context, "Ledger", str, list[PublicKey], bool], None]
 OTHER_LOGS: list[OtherLog] = []
 
-# ``replay`` and ``verify``: keys given here replace the ones the log announces.
-trusted_key_option = click.option(
-    "--trusted-key",
-    "trusted",
-    multiple=True,
-    help="A verifier key (name+id+key) or a keyring file; pins the run's keys.",
-)
-
 
 @click.command("replay")
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@trusted_key_option
-@click.option(
-    "--task",
-    "task",
-    default=None,
-    help="A task name or folder for the leakage audit (default: the task the run names).",
-)
+@trusted_key_option()
+@audit_task_option
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
