@@ -49,6 +49,9 @@ class Source:
     # The analysed in-situ grids of the ledger's solve-evolve runs (analysis/insitu.py), for
     # the report's capability heat maps; None: not read (a table, bundles).
     in_situ: list[dict[str, Any]] | None = None
+    # Folders of tasks holedger does not know by name (a campaign's copies of a task), by
+    # task id, for what needs the task at hand (a task's lever rules).
+    task_roots: dict[str, Path] = field(default_factory=dict)
 
     def readers(self) -> dict[str, Any]:
         """run id -> a reader of its candidates' files (runs whose trees are at hand)."""

@@ -395,7 +395,8 @@ def levers_json(source: Source) -> dict[str, Any]:
             missing.append({"run": obs.run_id, "why": "its candidates' trees are not at hand"})
             continue
         if obs.task not in rules_of:
-            rules_of[obs.task] = load_rules(known_task_root(obs.task))
+            root = source.task_roots.get(obs.task) or known_task_root(obs.task)
+            rules_of[obs.task] = load_rules(root)
         seed = facts.candidates[0].commit if facts.candidates else None
         levers: set[str] = set()
         hunks = unclassified = 0

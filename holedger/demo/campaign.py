@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from holedger.config import Settings
+from holedger.demo.campaign_tasks import task_refs
 from holedger.demo.grid import Cell, Grid
 from holedger.demo.optimizer_log import save_optimizer_log
 from holedger.demo.sandboxed import (
@@ -152,20 +153,28 @@ def campaign_lock(cfg: Settings, grid: Grid) -> Iterator[None]:
         yield
 
 
-def check_grid(grid: Grid) -> dict[str, str]:
-    """Every task of the grid loads (task ref -> task id); nothing is made or recorded
-    before."""
+def check_grid(grid: Grid, loads: dict[str, str] | None = None) -> dict[str, str]:
+    """Every task of the grid loads (task ref -> task id; ``loads``: what to load for
+    each ref, when not the ref itself); nothing is made or recorded before."""
     from holedger.server.taskview import load_server_task
 
     ids: dict[str, str] = {}
     for ref in grid.tasks:
         try:
-            ids[ref] = load_server_task(ref).terms.task_id
+            terms = load_server_task((loads or {}).get(ref, ref)).terms
         except NotFoundError as exc:
             raise UsageError(
                 f"grid {grid.name}: unknown task {ref!r} ({exc.message})",
                 hint="give a bundled task's name or a task folder",
             ) from None
+        ids[ref] = terms.task_id
+        size = terms.split_sizes.get("test", 0)
+        if grid.test_cases is not None and grid.test_cases > size:
+            raise UsageError(
+                f"grid {grid.name}: test_cases = {grid.test_cases}, but task {ref!r} has "
+                f"{size} test cases",
+                hint=f"give at most {size}",
+            )
     if len(set(ids.values())) != len(ids):
         raise UsageError(f"grid {grid.name}: two tasks of the grid are the same task")
     return ids
@@ -181,7 +190,7 @@ def run_campaign(
 ) -> CampaignSummary:
     """Run (or resume) every cell of ``grid``; see the module's doc."""
     started = time.monotonic()
-    task_ids = check_grid(grid)
+    check_grid(grid)
     if executor:  # an unreachable cluster, or one with no trial node: refused before all
         from holedger.server.executor import make_executor
 
@@ -190,17 +199,20 @@ def run_campaign(
     if not cfg.key_path.exists():
         Ledger.init_home(cfg)
         say(f"created the home {cfg.home}")
+    loads = task_refs(cfg, grid.tasks, grid.test_cases)
+    task_ids = check_grid(grid, loads)
     with campaign_lock(cfg, grid):
         options: dict[str, Any] = {"workers": grid.workers, "backend": chosen.name}
         if executor:
             options["executor"] = executor
         with private_server(cfg, prefix="holedger-campaign-", **options) as room:
-            return _run(cfg, grid, task_ids, room, chosen, say, progress, started)
+            return _run(cfg, grid, loads, task_ids, room, chosen, say, progress, started)
 
 
 def _run(
     cfg: Settings,
     grid: Grid,
+    loads: dict[str, str],
     task_ids: dict[str, str],
     room: PrivateServer,
     backend: Backend,
@@ -213,8 +225,8 @@ def _run(
     service = room.server.service
     reader = room.reader
     for ref in grid.tasks:
-        baseline = service.ensure_baseline(ref, backend=backend.name)
-        say(f"{ref}: seed baseline E(H0) = {float(baseline.e_h0):.3f} (pinned)")
+        baseline = service.ensure_baseline(loads[ref], backend=backend.name)
+        say(f"{task_ids[ref]}: seed baseline E(H0) = {float(baseline.e_h0):.3f} (pinned)")
     existing = cell_runs(reader, grid, task_ids)
     results: dict[tuple[Any, ...], CellResult] = {}
     aborted: list[str] = []
@@ -255,7 +267,8 @@ def _run(
     opt_root.mkdir()
 
     def run_cell(cell: Cell) -> CellResult:
-        return _run_cell(cfg, service, backend, cell, grid, opt_root, room.sockets, board)
+        task = loads[cell.task]
+        return _run_cell(cfg, service, backend, cell, task, grid, opt_root, room.sockets, board)
 
     def finish_cell(cell: Cell, run_id: str, nominee: str) -> CellResult:
         t0 = time.monotonic()
@@ -282,7 +295,9 @@ def _run(
             results[result.cell.key] = result
     ordered = [results[c.key] for c in grid.cells]
     problems = [f"{r.cell.name}: {r.state}: {r.detail}" for r in ordered if r.state != "completed"]
-    report = write_grid_report(cfg, [r.run_id for r in ordered if r.state == "completed"], grid)
+    done = [r.run_id for r in ordered if r.state == "completed"]
+    roots = {task_ids[ref]: Path(loads[ref]) for ref in grid.tasks if loads[ref] != ref}
+    report = write_grid_report(cfg, done, grid, roots)
     return CampaignSummary(
         grid,
         ordered,
@@ -299,6 +314,7 @@ def _run_cell(
     service: Any,
     backend: Backend,
     cell: Cell,
+    task_ref: str,
     grid: Grid,
     opt_root: Path,
     sockets: tuple[Path, Path],
@@ -307,9 +323,9 @@ def _run_cell(
     from holedger.server.lifecycle import abort_run
 
     t0 = time.monotonic()
-    task = service.task(cell.task)
+    task = service.task(task_ref)
     opened = service.open_run(
-        cell.task, optimizer=grid.label, backend=backend.name, descriptor=descriptor_of(cell)
+        task_ref, optimizer=grid.label, backend=backend.name, descriptor=descriptor_of(cell)
     )
     run_id = opened.run_id
     board.start(cell, run_id)
@@ -390,8 +406,14 @@ class Board:
         self.tick()
 
 
-def write_grid_report(cfg: Settings, run_ids: list[str | None], grid: Grid) -> Path | None:
-    """The analysis report of the campaign's completed runs (HOME/reports/)."""
+def write_grid_report(
+    cfg: Settings,
+    run_ids: list[str | None],
+    grid: Grid,
+    task_roots: dict[str, Path] | None = None,
+) -> Path | None:
+    """The analysis report of the campaign's completed runs (HOME/reports/);
+    ``task_roots``: the folders of the campaign's copies of tasks, by task id."""
     from holedger.analysis.report import render_report
     from holedger.analysis.sources import from_runs
 
@@ -402,6 +424,7 @@ def write_grid_report(cfg: Settings, run_ids: list[str | None], grid: Grid) -> P
     source.observations = [o for o in source.observations if o.run_id in wanted]
     source.facts = {r: f for r, f in source.facts.items() if r in wanted}
     source.left_out = [(r, why) for r, why in source.left_out if r in wanted]
+    source.task_roots.update(task_roots or {})
     path = cfg.reports_dir / f"campaign-{grid.name}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     render_report(source, path)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from holedger.config import Settings
+from holedger.demo.campaign_tasks import task_refs
 from holedger.demo.grid import Grid
 from holedger.errors import NotFoundError
 
@@ -64,7 +65,8 @@ def verify_campaign(cfg: Settings, grid: Grid) -> CampaignCheck:
     key = SigningKey.load(cfg.key_path).public
     ledger = Ledger.open(cfg.ledger_url, None, create_tables=False)
     try:
-        task_ids = {load_server_task(ref).terms.task_id: ref for ref in grid.tasks}
+        loads = task_refs(cfg, grid.tasks, grid.test_cases)
+        task_ids = {load_server_task(loads[ref]).terms.task_id: ref for ref in grid.tasks}
         completed: Counter[tuple[Any, ...]] = Counter()
         trials: Counter[str] = Counter()
         for info in ledger.runs():

@@ -10,6 +10,8 @@ concurrency = 2              # runs at a time
 workers = 2                  # trials at a time, over all runs (the server's pool)
 executor = "local"           # or "ray://HEAD:PORT"
 backend = "bwrap"            # optional: the sandbox backend (default: the strongest)
+test_cases = 16              # optional: run each task as a copy whose test split keeps 16
+                             # of its test cases (demo/campaign_tasks.py)
 
 [common]                     # optional: the harness every optimizer also runs in
 harness = "example-greedy"
@@ -82,6 +84,7 @@ class Grid:
     executor: str
     backend: str | None
     cells: list[Cell] = field(default_factory=list)
+    test_cases: int | None = None  # held-out scoring on a copy of each task with N test cases
     source: Path | None = None
 
     @property
@@ -113,6 +116,7 @@ def parse_grid(data: dict[str, Any], where: str = "grid") -> Grid:
     if not isinstance(camp, dict):
         raise bad("no [campaign] table")
     known = {"name", "tasks", "replicates", "concurrency", "workers", "executor", "backend"}
+    known.add("test_cases")
     extra = set(camp) - known
     if extra:
         raise bad(f"unknown key campaign.{sorted(extra)[0]}")
@@ -140,6 +144,8 @@ def parse_grid(data: dict[str, Any], where: str = "grid") -> Grid:
     if not isinstance(optimizers, list) or not optimizers:
         raise bad("no [[optimizer]] configuration")
     grid = Grid(name, list(tasks), replicates, concurrency, workers, executor, backend)
+    if "test_cases" in camp:
+        grid.test_cases = _positive(camp["test_cases"], "campaign.test_cases", bad)
     seen: set[tuple[str, str, str, str, int]] = set()
     for number, opt in enumerate(optimizers, 1):
         if not isinstance(opt, dict):

@@ -8,6 +8,7 @@ started again each time; the third start finishes it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -21,6 +22,7 @@ import pytest
 from server.tinytask import write_task_folder
 
 from holedger.config import Settings
+from holedger.demo.campaign_tasks import derived_task
 from holedger.demo.grid import EXAMPLE_GRID, load_grid
 from holedger.ledger.store import Ledger
 from holedger.replay.runs import replay_run
@@ -142,6 +144,9 @@ def test_campaign_killed_twice_resumes_and_every_run_closes_and_verifies(
         (lambda g: g.replace('model = "beta"', 'model = "alpha"'), "duplicate cell"),
         (lambda g: g.replace("workers = 2", 'executor = "nomad://x"'), "campaign.executor"),
         (lambda g: g.replace("replicates = 2", "replicates = 0"), "campaign.replicates"),
+        # the tiny task has 2 test cases
+        (lambda g: g.replace("workers = 2", "workers = 2\ntest_cases = 3"), "test_cases = 3"),
+        (lambda g: g.replace("workers = 2", "workers = 2\ntest_cases = 0"), "test_cases"),
         # nothing listens on port 1: refused before anything is made ("needs Ray" where
         # Ray is not installed)
         (lambda g: g.replace("workers = 2", 'executor = "ray://127.0.0.1:1"'), "Ray"),
@@ -161,8 +166,78 @@ def test_a_bad_grid_is_one_line_and_records_nothing(
     assert not home.exists()  # nothing made, nothing recorded
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_grid_with_test_cases_runs_on_a_copy_of_its_task_and_resumes_onto_it(
+    tmp_path: Path,
+) -> None:
+    grid = _grid_file(tmp_path, GRID.replace("workers = 2", "workers = 2\ntest_cases = 1"))
+    home = tmp_path / "home"
+    for _ in range(2):  # the second start finds every cell done, on the same copy
+        proc = subprocess.run(
+            _holedger(home, "campaign", "run", str(grid)), capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming: 6 of 6 runs done before" in proc.stderr, proc.stderr
+    settings = Settings.resolve(home)
+    ledger = Ledger.open(settings.ledger_url, None, create_tables=False)
+    try:
+        runs = [r for r in ledger.runs() if r.optimizer == "campaign:tiny-grid"]
+        terms = [ledger.run_terms(r.run_id).terms for r in runs]
+        held_out = {
+            rec.payload["case_id"]
+            for r in runs
+            for rec in ledger.records(r.run_id)
+            if rec.type == "TrialCompleted" and rec.payload["split"] == "test"
+        }
+    finally:
+        ledger.close()
+    assert len(runs) == 6 and {r.state for r in runs} == {"closed"}
+    # the tiny task's 2 test cases cut to 1 (every 2nd in id order: test-0), K as the task's
+    assert {t.task_id for t in terms} == {"tiny-folder-test1"}
+    assert {t.split_sizes["test"] for t in terms} == {1}
+    assert held_out == {"test-0"}
+    folder = settings.home / "campaigns" / "tasks" / "tiny-folder-test1"
+    assert [c["id"] for c in json.loads((folder / "cases" / "test.json").read_text())] == ["test-0"]
+    verify = subprocess.run(
+        _holedger(home, "campaign", "verify", str(grid)), capture_output=True, text=True
+    )
+    assert verify.returncode == 0 and "the grid holds" in verify.stdout, verify.stdout
+
+
+def test_a_tasks_copy_keeps_its_seed_dev_and_val_and_each_kinds_share_of_test(
+    tmp_path: Path,
+) -> None:
+    from holedger.tasks import load_task
+
+    made = [derived_task(Settings.resolve(tmp_path / h), "officeqa-lite", 16) for h in "ab"]
+    # made again elsewhere, byte for byte the same task: a resumed campaign finds its runs
+    assert [load_task(str(m)).digest for m in made] == [load_task(str(made[0])).digest] * 2
+    copy, task = load_task(str(made[0])), load_task("officeqa-lite")
+    assert copy.id == "officeqa-lite-test16" and copy.k == task.k == 3
+    assert copy.spec.seed == task.spec.seed and copy.spec.verifier == task.spec.verifier
+    for split in ("dev", "val"):
+        assert copy.spec.splits.split_digests[split] == task.spec.splits.split_digests[split]
+    test = {c.id: c for c in task.cases("test")}
+    kept = copy.cases("test")
+    assert len(kept) == 16 and all(test[c.id].expected == c.expected for c in kept)
+    # 48 test cases; by (kind, id): cross_difference 6 (0-5), cross_sum 6 (6-11), difference
+    # 8 (12-19), lookup 14 (20-33), pct_change 6 (34-39), sum 8 (40-47); every 3rd (0, 3,
+    # ..., 45) keeps 2, 2, 3, 5, 2, 2 of them
+    assert Counter(c.expected["kind"] for c in kept) == {
+        "cross_difference": 2,
+        "cross_sum": 2,
+        "difference": 3,
+        "lookup": 5,
+        "pct_change": 2,
+        "sum": 2,
+    }
+
+
 def test_the_example_grid_has_three_configurations_both_scopes_two_replicates() -> None:
     grid = load_grid(EXAMPLE_GRID)
+    # held-out scoring on a copy of the task with 16 of its 48 test cases (48 trials a run)
+    assert grid.tasks == ["officeqa-lite"] and grid.test_cases == 16
     models = {c.model for c in grid.cells}
     assert len(models) >= 3
     assert {c.scope for c in grid.cells} == {"native", "common"}
