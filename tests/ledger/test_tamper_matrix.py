@@ -3,7 +3,9 @@
 A realistic run of 219 events is recorded through the Ledger API, on SQLite and on
 PostgreSQL; each test edits the database directly (plain SQL on ``holedger_events`` and
 ``holedger_blobs``), replays, checks that the report names the check and the seq, and
-puts the rows back.
+puts the rows back. The two byte-flip matrices over every stored record replay in memory
+(the rows as read back, no database in the loop): they run on the SQLite rows, and the
+database path is flipped on both backends.
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ def _signature_position(raw: bytes) -> int:
 # ---------------------------------------------------------------------------- byte flips
 
 
+# In memory, the same engine whichever database the rows came from: once, on SQLite's.
+IN_MEMORY = pytest.mark.parametrize("recorded", ["sqlite"], indirect=True)
+
+
+@IN_MEMORY
 def test_one_flipped_byte_in_every_stored_event_is_named(run: Recorded) -> None:
     """Flip one payload byte of each stored record in turn (all of them); replay names it.
 
@@ -142,6 +149,7 @@ def test_one_flipped_byte_in_every_stored_event_is_named(run: Recorded) -> None:
         assert at_index & {"signatures", "records"}, (index, at_index)
 
 
+@IN_MEMORY
 def test_flipped_signature_and_envelope_bytes_fail_the_run(run: Recorded) -> None:
     """Flips in the signature (named at the event) and at random bytes, envelope
     fields included (a flipped seq digit may be named at the seq it now claims)."""
