@@ -145,6 +145,20 @@ class AuditState:
     decomposed: Decomposed | None
 
 
+def _own_audit(ctx: AuditContext, audit_ref: str) -> AuditState:
+    """The audit a step appends to; refused, before anything is written, when the step's
+    key is not the audit's auditor key (its events would not verify)."""
+    state = read_audit(ctx.log, audit_ref)
+    own = state.opened.auditor_key
+    if ctx.auditor.public.b64 != own.public_key:
+        raise UsageError(
+            f"the key {ctx.auditor.key_id_hex} is not the auditor key {own.key_id} of audit "
+            f"{state.audit_id}",
+            hint="give the key that opened it, or open an audit of your own",
+        )
+    return state
+
+
 def read_audit(log: AuditLog, audit_ref: str) -> AuditState:
     audit_id = log.resolve(audit_ref)
     records = log.records(audit_id)
@@ -259,7 +273,7 @@ def run_hda(
     aggregator: stats.Aggregator = "majority_vote",
 ) -> AuditState:
     """Gate, H0scale, detectors, and the decomposition when nothing needs neutralizing."""
-    state = read_audit(ctx.log, audit_ref)
+    state = _own_audit(ctx, audit_ref)
     if state.gate is not None:
         raise UsageError(f"audit {state.audit_id} has run its protocol already")
     run_id = state.opened.run_id
@@ -434,7 +448,7 @@ def add_finding(
         )
     if not evidence.strip():
         raise UsageError("--evidence is empty", hint="name the file:line, trials or cases")
-    state = read_audit(ctx.log, audit_ref)
+    state = _own_audit(ctx, audit_ref)
     finding = FindingRecorded(
         category=category,
         source="manual",
@@ -452,7 +466,7 @@ def neutralize(
 ) -> tuple[AuditState, str]:
     """Commit ``source`` with parent Ĥ in a control run, evaluate it on the search cases
     with the audit's attempts, and decompose. Returns the new state and the diff."""
-    state = read_audit(ctx.log, audit_ref)
+    state = _own_audit(ctx, audit_ref)
     if state.gate is None or state.scale is None:
         raise UsageError(
             f"audit {state.audit_id} has no significant gate and scale yet",
