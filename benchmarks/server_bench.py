@@ -31,7 +31,7 @@ from holedger.errors import BudgetExceededError  # noqa: E402
 from holedger.ledger.store import Ledger  # noqa: E402
 from holedger.sandboxes import Limits, SandboxSpec, get_backend  # noqa: E402
 from holedger.server.candidates import FileEntry, read_directory  # noqa: E402
-from holedger.server.service import RunService  # noqa: E402
+from holedger.server.service import RunService, ServerConfig  # noqa: E402
 from tests.server.tinytask import CASES, make_task  # noqa: E402
 
 
@@ -51,10 +51,12 @@ def main() -> None:
     service = RunService(
         settings,
         ledger,
-        gateway=None,
-        task_loader=lambda ref: task,
-        default_backend=args.backend,
-        workers=args.workers,
+        ServerConfig(
+            gateway=None,
+            task_loader=lambda ref: task,
+            default_backend=args.backend,
+            workers=args.workers,
+        ),
     )
     run_id = service.open_run("tiny").run_id
     service.evaluate(run_id, "seed", "dev", ["dev-0"], 1)  # the dev calls budget is spent

@@ -30,11 +30,11 @@ from holedger.server.evolve_commands import evolve_options, open_solve_evolve
 def _service(ctx: click.Context, workers: int = 2) -> Iterator[Any]:
     from holedger.ledger.store import Ledger
     from holedger.server.progress import terminal_progress
-    from holedger.server.service import RunService
+    from holedger.server.service import RunService, ServerConfig
 
     cfg = settings(ctx)
     ledger = Ledger.from_settings(cfg)
-    service = RunService(cfg, ledger, workers=workers)
+    service = RunService(cfg, ledger, ServerConfig(workers=workers))
     try:
         with terminal_progress(service):
             yield service

@@ -40,7 +40,7 @@ from holedger.schemas.events import (
     SplitBudget,
 )
 from holedger.server.candidates import CandidateRepo
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import ServerTask
 
 WIDE = 10**12
@@ -94,9 +94,7 @@ class ControlRun:
         self.service = RunService(
             settings,
             ledger,
-            gateway=gateway,
-            task_loader=lambda ref: wide,
-            default_backend=backend,
+            ServerConfig(gateway=gateway, task_loader=lambda ref: wide, default_backend=backend),
         )
         opened = self.service.open_run(
             task.ref, optimizer=control_label(audit_id, run_id), backend=backend, baseline=baseline

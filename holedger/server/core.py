@@ -75,30 +75,41 @@ class RunConfig:
         return cls(task=str(data["task"]), backend=data.get("backend"))
 
 
+@dataclass(frozen=True)
+class ServerConfig:
+    """How a server is set up (not evidence).
+
+    ``gateway``: the trials' model gateway ("auto": started on demand from the home's
+    gateway.toml; None: trials get no model access); ``workers``: trials of one evaluation
+    in flight at once; ``task_loader``: a task reference to its task (None: the bundled
+    tasks and task folders); ``tree_limits``: the size limits of a candidate tree;
+    ``default_backend``: the sandbox backend of runs opened without one (None: the
+    strongest); ``executor``: an Executor (the caller's to close), or the URL of one (see
+    :mod:`holedger.server.executor`; None: ``HOLEDGER_EXECUTOR``, else local).
+    """
+
+    gateway: TrialGateway | Literal["auto"] | None = "auto"
+    workers: int = DEFAULT_WORKERS
+    task_loader: Callable[[str], ServerTask] | None = None
+    tree_limits: TreeLimits = DEFAULT_LIMITS
+    default_backend: str | None = None
+    executor: Executor | str | None = None
+
+
 class ServerCore:
     """The server's shared parts (one per process and ledger; thread-safe)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        ledger: Ledger,
-        *,
-        gateway: TrialGateway | Literal["auto"] | None = "auto",
-        workers: int = DEFAULT_WORKERS,
-        task_loader: Callable[[str], ServerTask] | None = None,
-        tree_limits: TreeLimits = DEFAULT_LIMITS,
-        default_backend: str | None = None,
-        executor: Executor | str | None = None,
-    ) -> None:
-        if workers < 1:
+    def __init__(self, settings: Settings, ledger: Ledger, config: ServerConfig) -> None:
+        if config.workers < 1:
             raise UsageError("workers must be at least 1")
+        gateway, executor = config.gateway, config.executor
         self.settings = settings
         self.ledger = ledger
         self.states = StateCache(ledger)
-        self.workers = workers
-        self.task_loader = task_loader
-        self.tree_limits = tree_limits
-        self.default_backend = default_backend
+        self.workers = config.workers
+        self.task_loader = config.task_loader
+        self.tree_limits = config.tree_limits
+        self.default_backend = config.default_backend
         # An executor given as an object is the caller's to close; one named here is ours.
         self._owned_executor = executor is None or isinstance(executor, str)
         self.executor: Executor = (

@@ -18,7 +18,7 @@ from holedger.ledger.store import Ledger
 from holedger.server.api import create_api_app
 from holedger.server.executor import Executor, make_executor
 from holedger.server.gateway_link import GatewayLink, gateway_config
-from holedger.server.service import DEFAULT_WORKERS, RunService
+from holedger.server.service import DEFAULT_WORKERS, RunService, ServerConfig
 
 
 @dataclass
@@ -77,10 +77,7 @@ def start_server(
     service = RunService(
         settings,
         ledger,
-        gateway=link,
-        workers=workers,
-        default_backend=backend,
-        executor=trials,
+        ServerConfig(gateway=link, workers=workers, default_backend=backend, executor=trials),
     )
     api = AppServer(
         create_api_app(service, tokens),

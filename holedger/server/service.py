@@ -25,17 +25,17 @@ RunScored and RunClosed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
 from holedger.schemas.events import OptimizerDescriptor, RescoreOf, SeedBaseline
 from holedger.server import baseline, evaluation, heldout, lifecycle, reading, recovery
-from holedger.server.candidates import DEFAULT_LIMITS, CandidateRepo, FileMap, TreeLimits
+from holedger.server.candidates import CandidateRepo, FileMap, TreeLimits
 from holedger.server.commits import CommittedCandidate, commit_candidate
-from holedger.server.core import DEFAULT_WORKERS, RunConfig, ServerCore
+from holedger.server.core import DEFAULT_WORKERS, RunConfig, ServerConfig, ServerCore
 from holedger.server.dispatch import EvaluationInterrupted
 from holedger.server.evaluation import Evaluation
 from holedger.server.executor import Executor
@@ -57,6 +57,7 @@ __all__ = [
     "RunConfig",
     "RunService",
     "ScoredRun",
+    "ServerConfig",
 ]
 
 
@@ -64,29 +65,11 @@ class RunService:
     """The server's Python API. Thread-safe; one per process and ledger."""
 
     def __init__(
-        self,
-        settings: Settings,
-        ledger: Ledger,
-        *,
-        gateway: TrialGateway | Literal["auto"] | None = "auto",
-        workers: int = DEFAULT_WORKERS,
-        task_loader: Callable[[str], ServerTask] | None = None,
-        tree_limits: TreeLimits = DEFAULT_LIMITS,
-        default_backend: str | None = None,
-        executor: Executor | str | None = None,
+        self, settings: Settings, ledger: Ledger, config: ServerConfig | None = None
     ) -> None:
-        """``executor``: an Executor (the caller's to close), or the URL of one (see
-        :mod:`holedger.server.executor`; None: ``HOLEDGER_EXECUTOR``, else local)."""
-        self.core = ServerCore(
-            settings,
-            ledger,
-            gateway=gateway,
-            workers=workers,
-            task_loader=task_loader,
-            tree_limits=tree_limits,
-            default_backend=default_backend,
-            executor=executor,
-        )
+        """``config``: how the server is set up (:class:`ServerConfig`; None: its
+        defaults)."""
+        self.core = ServerCore(settings, ledger, config or ServerConfig())
 
     # ------------------------------------------------------------------ shared parts
 

@@ -17,7 +17,7 @@ from holedger.audit.log import AuditLog
 from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import load_server_task
 
 SHORTCUT_MAIN = """import json, sys
@@ -88,7 +88,9 @@ class AuditedRun:
 def service(settings: Settings, ledger: Ledger) -> RunService:
     """The real server on the tiny task (process backend, no gateway)."""
     return RunService(
-        settings, ledger, gateway=None, task_loader=load_server_task, default_backend="process"
+        settings,
+        ledger,
+        ServerConfig(gateway=None, task_loader=load_server_task, default_backend="process"),
     )
 
 

@@ -18,7 +18,7 @@ from holedger.config import Settings
 from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.server.gateway_link import GatewayLink
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import load_server_task
 from holedger.tasks.pinning import pin_task
 
@@ -67,7 +67,9 @@ def scaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
     ledger = Ledger.from_settings(settings)
     link = GatewayLink(ledger)
     service = RunService(
-        settings, ledger, gateway=link, task_loader=load_server_task, default_backend="process"
+        settings,
+        ledger,
+        ServerConfig(gateway=link, task_loader=load_server_task, default_backend="process"),
     )
     shortcut = root / "shortcut"
     shutil.copytree(task_dir / "seed", shortcut)

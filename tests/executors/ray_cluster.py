@@ -68,7 +68,7 @@ def ray_service(home_dir: Path, address: str, task: Any) -> Iterator[tuple[Any, 
     from holedger.executors.ray_cluster import RayExecutor
     from holedger.ledger.store import Ledger
     from holedger.server.gateway_link import GatewayLink
-    from holedger.server.service import RunService
+    from holedger.server.service import RunService, ServerConfig
 
     home = Settings.resolve(home_dir)
     Ledger.init_home(home)
@@ -76,7 +76,9 @@ def ray_service(home_dir: Path, address: str, task: Any) -> Iterator[tuple[Any, 
     link = GatewayLink(ledger)
     executor = RayExecutor(f"ray://{address}")
     service = RunService(
-        home, ledger, gateway=link, task_loader=lambda r: task, workers=4, executor=executor
+        home,
+        ledger,
+        ServerConfig(gateway=link, task_loader=lambda r: task, workers=4, executor=executor),
     )
     try:
         yield service, executor, ledger, link

@@ -27,7 +27,7 @@ from holedger.replay.report import ReplayReport
 from holedger.replay.runs import replay_run
 from holedger.schemas.events import BudgetVector, DisclosurePolicy, SplitBudget, TaskTerms
 from holedger.server.candidates import seed_commit_id
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import CaseData, ServerTask
 
 from .runs import checks
@@ -115,10 +115,9 @@ def server_run(
     service = RunService(
         settings,
         Ledger.from_settings(settings),
-        gateway=None,
-        task_loader=lambda ref: task,
-        default_backend="process",
-        workers=2,
+        ServerConfig(
+            gateway=None, task_loader=lambda ref: task, default_backend="process", workers=2
+        ),
     )
     try:
         opened = service.open_run("mul", optimizer="replay-test")

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from holedger.config import Settings
 from holedger.errors import BudgetExceededError
 from holedger.ledger.store import Ledger
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 
 from .tinytask import make_task
 
@@ -27,7 +27,9 @@ def main() -> None:
     task = make_task(root, dev_calls=int(sys.argv[5]), seed=root / "seed")
     ledger = Ledger.from_settings(settings)
     service = RunService(
-        settings, ledger, gateway=None, task_loader=lambda r: task, default_backend="process"
+        settings,
+        ledger,
+        ServerConfig(gateway=None, task_loader=lambda r: task, default_backend="process"),
     )
     try:
         service.evaluate(run_id, "seed", "dev", [case_id], 1)

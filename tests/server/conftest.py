@@ -7,7 +7,7 @@ import pytest
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import ServerTask
 
 from .tinytask import make_task
@@ -23,9 +23,7 @@ def _service(home: Settings, task: ServerTask) -> RunService:
     return RunService(
         home,
         Ledger.from_settings(home),
-        gateway=None,
-        task_loader=lambda ref: task,
-        default_backend="process",
+        ServerConfig(gateway=None, task_loader=lambda ref: task, default_backend="process"),
     )
 
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
 from holedger.server.gateway_link import GatewayLink
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 
 from .tinytask import model_task
 
@@ -27,7 +27,9 @@ def main() -> None:
     ledger = Ledger.from_settings(settings)
     link = GatewayLink(ledger)
     service = RunService(
-        settings, ledger, gateway=link, task_loader=lambda r: task, default_backend="process"
+        settings,
+        ledger,
+        ServerConfig(gateway=link, task_loader=lambda r: task, default_backend="process"),
     )
     try:
         service.evaluate(run_id, "seed", "dev", ["dev-1", "dev-2"], 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 from holedger.config import Settings
 from holedger.errors import BudgetExceededError
 from holedger.ledger.store import Ledger
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 
 from .helpers import assert_replay_verifies, independent_budget_count
 from .tinytask import CASES, make_task
@@ -23,9 +23,7 @@ def _service(home: Settings, task_root: Path, dev_calls: int) -> RunService:
     return RunService(
         home,
         Ledger.from_settings(home),
-        gateway=None,
-        task_loader=lambda r: task,
-        default_backend="process",
+        ServerConfig(gateway=None, task_loader=lambda r: task, default_backend="process"),
     )
 
 

@@ -34,7 +34,7 @@ from holedger.server.executor import (
     make_executor,
     register_executor,
 )
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import ServerTask
 
 from .helpers import assert_replay_verifies, perfect_candidate
@@ -71,14 +71,13 @@ class RecordingExecutor:
 
 
 def _service(home: Settings, task: ServerTask, executor: object) -> RunService:
-    return RunService(
-        home,
-        Ledger.from_settings(home),
+    config = ServerConfig(
         gateway=None,
         task_loader=lambda ref: task,
         default_backend="process",
         executor=executor,  # type: ignore[arg-type]
     )
+    return RunService(home, Ledger.from_settings(home), config)
 
 
 def test_the_local_executor_runs_a_trial_from_its_plan_alone(

@@ -18,7 +18,7 @@ from holedger.ledger.store import Ledger
 from holedger.protocol import rules
 from holedger.schemas.events import TrialCompleted
 from holedger.server.gateway_link import GatewayLink
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 
 from .helpers import assert_replay_verifies
 from .tinytask import make_task, model_task
@@ -35,9 +35,7 @@ def _model_service(
     service = RunService(
         home,
         ledger,
-        gateway=link,
-        task_loader=lambda r: task,
-        default_backend="process",
+        ServerConfig(gateway=link, task_loader=lambda r: task, default_backend="process"),
     )
     try:
         yield service, ledger
@@ -96,7 +94,9 @@ def test_a_run_under_bubblewrap_records_isolated_trials(
     task = make_task(tmp_path / "task", k=1)
     ledger = Ledger.from_settings(fresh_home)
     service = RunService(
-        fresh_home, ledger, gateway=None, task_loader=lambda r: task, default_backend="bwrap"
+        fresh_home,
+        ledger,
+        ServerConfig(gateway=None, task_loader=lambda r: task, default_backend="bwrap"),
     )
     try:
         run_id = service.open_run("tiny").run_id
@@ -136,7 +136,8 @@ def test_the_bundled_demo_task_through_the_gateway_and_simulator(fresh_home: Set
     except Exception as exc:  # the bundled task is another room's; say why it is skipped
         pytest.skip(f"the bundled demo task does not load: {exc}")
     ledger = Ledger.from_settings(fresh_home)
-    service = RunService(fresh_home, ledger, default_backend="process")  # gateway on demand
+    # The gateway starts on demand.
+    service = RunService(fresh_home, ledger, ServerConfig(default_backend="process"))
     try:
         # Held-out scoring of this task is minutes of trials: open without a baseline,
         # search a little, and close the run as aborted.
@@ -192,10 +193,7 @@ def test_a_gateway_that_cannot_start_records_nothing(
     task = model_task(tmp_path / "task")
     ledger = Ledger.from_settings(fresh_home)
     service = RunService(
-        fresh_home,
-        ledger,
-        task_loader=lambda r: task,
-        default_backend="process",
+        fresh_home, ledger, ServerConfig(task_loader=lambda r: task, default_backend="process")
     )  # the gateway starts on demand, from the home's gateway.toml
     toml = fresh_home.home / "gateway.toml"
     monkeypatch.delenv("HOLEDGER_TEST_UNSET_KEY", raising=False)

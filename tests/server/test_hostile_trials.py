@@ -10,7 +10,7 @@ import pytest
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.untrusted import is_safe
 
 from .helpers import assert_replay_verifies
@@ -51,7 +51,9 @@ def test_a_hostile_harness_is_contained_recorded_and_the_run_verifies(
     task = make_task(tmp_path / "task", k=1, seed=seed)
     ledger = Ledger.from_settings(fresh_home)
     service = RunService(
-        fresh_home, ledger, gateway=None, task_loader=lambda r: task, default_backend=backend
+        fresh_home,
+        ledger,
+        ServerConfig(gateway=None, task_loader=lambda r: task, default_backend=backend),
     )
     try:
         run_id = service.open_run("tiny").run_id

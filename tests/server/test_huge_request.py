@@ -21,7 +21,7 @@ from holedger.config import Settings
 from holedger.gateway.limits import MAX_OUTPUT_TOKENS
 from holedger.ledger.store import Ledger
 from holedger.server.gateway_link import GatewayLink
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 
 from .helpers import assert_replay_verifies, candidate_with_main
 from .tinytask import MODEL_MAIN, model_task
@@ -46,7 +46,9 @@ def test_a_huge_max_tokens_stops_nothing(fresh_home: Settings, tmp_path: Path) -
     ledger = Ledger.from_settings(fresh_home)
     link = GatewayLink(ledger)
     service = RunService(
-        fresh_home, ledger, gateway=link, task_loader=lambda r: task, default_backend="process"
+        fresh_home,
+        ledger,
+        ServerConfig(gateway=link, task_loader=lambda r: task, default_backend="process"),
     )
     try:
         opened_a = service.open_run("model")

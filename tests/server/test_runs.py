@@ -15,7 +15,7 @@ from holedger.ledger.store import Ledger
 from holedger.protocol.rules import BASELINE_OPTIMIZER
 from holedger.schemas.events import EvaluationRequested, RunScored
 from holedger.server.core import ServerCore
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.server.taskview import ServerTask
 
 from .helpers import (
@@ -127,7 +127,9 @@ def test_requests_over_any_budget_component_are_refused_and_recorded(
     task = make_task(tmp_path / "task", **limits)  # type: ignore[arg-type]
     ledger = Ledger.from_settings(fresh_home)
     service = RunService(
-        fresh_home, ledger, gateway=None, task_loader=lambda r: task, default_backend="process"
+        fresh_home,
+        ledger,
+        ServerConfig(gateway=None, task_loader=lambda r: task, default_backend="process"),
     )
     try:
         run_id = service.open_run("tiny").run_id
@@ -303,7 +305,9 @@ def test_a_run_opened_without_a_backend_keeps_the_one_chosen_then(
         strongest = get_backend(None).name
     except SandboxError as exc:
         pytest.skip(f"no isolating backend on this machine: {exc.message}")
-    service = RunService(fresh_home, Ledger.from_settings(fresh_home), task_loader=lambda r: tiny)
+    service = RunService(
+        fresh_home, Ledger.from_settings(fresh_home), ServerConfig(task_loader=lambda r: tiny)
+    )
     try:
         opened = service.open_run("tiny", baseline=False)
         assert opened.backend == strongest

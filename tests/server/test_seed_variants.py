@@ -20,7 +20,7 @@ from holedger.ledger.store import Ledger
 from holedger.replay.runs import replay_run
 from holedger.schemas.events import GatewayCall, TrialCompleted
 from holedger.server.rescore import rescore
-from holedger.server.service import RunService
+from holedger.server.service import RunService, ServerConfig
 from holedger.tasks import load_task
 
 from .helpers import assert_replay_verifies
@@ -38,7 +38,9 @@ def test_a_variant_seed_has_its_own_commit_baseline_and_replays(
     (root / "variants" / "perfect" / "harness" / "__main__.py").write_text(PERFECT_MAIN)
     ledger = Ledger.from_settings(fresh_home)
     service = RunService(
-        fresh_home, ledger, gateway=None, task_loader=lambda ref: task, default_backend="process"
+        fresh_home,
+        ledger,
+        ServerConfig(gateway=None, task_loader=lambda ref: task, default_backend="process"),
     )
     try:
         with pytest.raises(NotFoundError, match="nonesuch") as unknown:
@@ -94,7 +96,7 @@ def test_a_bundled_variant_runs_a_trial_in_the_sandbox_and_replays(
     _backend_or_skip(sandbox)
     task = load_task("officeqa-lite")
     ledger = Ledger.from_settings(fresh_home)
-    service = RunService(fresh_home, ledger, default_backend=sandbox)
+    service = RunService(fresh_home, ledger, ServerConfig(default_backend=sandbox))
     try:
         opened = service.open_run("officeqa-lite", seed_variant=variant, baseline=False)
         assert opened.backend == sandbox
