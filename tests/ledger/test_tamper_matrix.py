@@ -78,6 +78,7 @@ def recorded(
         key,
     )
     assert len(rec.rows) >= 200
+    assert rec.replay().verified
     yield rec
     attacker.close()
     ledger.close()
@@ -85,8 +86,8 @@ def recorded(
 
 @pytest.fixture()
 def run(recorded: Recorded) -> Iterator[Recorded]:
-    """The recorded run, intact before the test and restored after it."""
-    assert recorded.replay().verified
+    """The recorded run, intact before the test (as recorded, or as the previous test's
+    teardown restored and replayed it) and restored after it."""
     yield recorded
     recorded.attacker.restore(recorded.run_id, recorded.rows)
     recorded.attacker.restore(recorded.other_run, recorded.other_rows)
