@@ -95,7 +95,7 @@ class Grid:
 def load_grid(path: Path) -> Grid:
     """The grid in ``path``; a UsageError (one line, naming the file) for anything wrong."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise UsageError(f"no grid file {path}", hint="give a GRID.toml, or --example") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -178,11 +178,38 @@ def parse_grid(data: dict[str, Any], where: str = "grid") -> Grid:
                         _text(opt.get("family"), "family", bad),
                         _text(opt.get("release"), "release", bad),
                     )
+                    _signable(cell, bad)
                     if cell.key in seen:
                         raise bad(f"duplicate cell {cell.name} ({scope})")
                     seen.add(cell.key)
                     grid.cells.append(cell)
     return grid
+
+
+def _signable(cell: Cell, bad: Any) -> None:
+    """The cell's optimizer descriptor is one RunOpened can sign (a release an ordinal or
+    a date; names without control characters, at most 200 characters), so a campaign is
+    not refused at its first run of the cell, after others ran."""
+    from pydantic import ValidationError
+
+    from holedger.schemas.events import OptimizerDescriptor
+
+    try:
+        OptimizerDescriptor(
+            model=cell.model,
+            family=cell.family,
+            release=cell.release,
+            harness=cell.harness,
+            harness_scope=cell.scope,
+            replicate=cell.replicate,
+        )
+    except ValidationError as exc:
+        field = str(exc.errors()[0]["loc"][0])
+        raise bad(
+            f"optimizer {cell.model!r}: {field} {getattr(cell, field, None)!r} cannot be "
+            f"signed as a descriptor's {field} (a release is an ordinal such as 3 or a date "
+            "such as 2026-05-01; names have no control characters, at most 200 characters)"
+        ) from None
 
 
 def _positive(value: Any, name: str, bad: Any) -> int:
