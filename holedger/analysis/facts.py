@@ -77,7 +77,7 @@ class Reads:
 
 def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
     """The run's facts, or why it has none: a one-line reason (never scored, aborted,
-    cut before its end)."""
+    cut before its end, an audit's control run)."""
     records = list(records)
     gain = gain_of(run_id, records)
     opened: RunOpened | None = None
@@ -152,6 +152,9 @@ def facts_of(run_id: str, records: Iterable[Record]) -> RunFacts | str:
         elif isinstance(payload, RunScored):
             rounds, se = round_means_se([c.scores for c in payload.per_case])
             held_k = payload.k
+    if opened is not None and opened.control_of is not None:
+        of = opened.control_of
+        return f"a control run of audit {of.audit_id} of run {of.run_id}, no optimizer's search"
     if closed is not None and "abort" in closed.reason:
         return f"aborted ({closed.reason})"
     if gain is None or opened is None:

@@ -111,8 +111,9 @@ def gain_of(
     run_id: str, records: Iterable[Record], aborted: list[str] | None = None
 ) -> RunGain | None:
     """The gain of a run from its records (a ledger's or a bundle's), None if unscored, not
-    closed (RunScored without the RunClosed that follows it: a truncated log), or aborted
-    (closed by ``holedger run abort``: its id is appended to ``aborted`` when given)."""
+    closed (RunScored without the RunClosed that follows it: a truncated log), aborted
+    (closed by ``holedger run abort``: its id is appended to ``aborted`` when given), or an
+    audit's control run (``RunOpened.control_of``: no optimizer searched in it)."""
     opened: RunOpened | None = None
     scored: RunScored | None = None
     closed = False
@@ -143,6 +144,8 @@ def gain_of(
         return None
     if opened is None or scored is None or not closed:
         return None  # unscored, or a log cut before its end (a bundle's, say)
+    if opened.control_of is not None:
+        return None  # an audit's control run: no optimizer's search, in no analysis
     budget = opened.terms.budget
     shares: dict[str, Fraction] = {}
     for split, limit, use in (("dev", budget.dev, used.dev), ("val", budget.val, used.val)):

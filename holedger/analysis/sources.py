@@ -4,7 +4,8 @@ bundles (verified by default), or a published results table (nothing verified).
 A run enters the grid only with its signed optimizer descriptor; its keys (model,
 harness, scope, family, release, replicate) never come from file names. Runs left out
 are named with the reason: not verified, aborted, never scored, still open, no
-descriptor, baseline of another run not given.
+descriptor, baseline of another run not given, an audit's control run (its signed
+``RunOpened.control_of``: no optimizer searched in it).
 
 The table (``--table CSV``) has one row per optimizer model and harness: columns
 ``model``, ``harness`` (required), ``scope`` (native|common, default common),

@@ -49,6 +49,7 @@ class RunFacts:
     seed_commit: str = ""
     task_digest: str = ""
     optimizer: str = ""
+    control_of: dict[str, Any] | None = None  # a control run's binding (RunOpened.control_of)
     server_key: dict[str, Any] = field(default_factory=dict)
     parents: dict[str, str | None] = field(default_factory=dict)
     trees: dict[str, str] = field(default_factory=dict)  # candidate -> git tree id
@@ -90,6 +91,7 @@ def read_run(run_id: str, records: Iterable[Record]) -> RunFacts:
             facts.seed_commit = str(p["terms"]["seed_commit"])
             facts.task_digest = str(p.get("task_digest", ""))
             facts.optimizer = str(p.get("optimizer", ""))
+            facts.control_of = p.get("control_of")
             facts.server_key = dict(p["keys"]["server"])
             facts.baseline_run = (p.get("seed_baseline") or {}).get("baseline_run_id")
         elif rec.type == "CandidateCommitted":

@@ -43,8 +43,8 @@ from holedger.config import Settings
 from holedger.errors import HoledgerError
 from holedger.ledger.keys import PublicKey
 from holedger.ledger.store import Ledger
+from holedger.protocol.runs import names_control
 from holedger.replay.report import counted
-from holedger.server.controls import control_label
 
 CHECKS = (
     "audit_integrity",
@@ -220,7 +220,7 @@ def _controls(
         facts = runs[cid]
         if facts.server_key != run.server_key:
             problems.append(f"{where}: control run {cid} is not signed by the run's server key")
-        if facts.optimizer != control_label(state.audit_id, run.run_id):
+        if not names_control(facts.control_of, facts.optimizer, state.audit_id, run.run_id):
             problems.append(f"{where}: control run {cid} does not name this audit and run")
         cp = control.control_checkpoint
         if facts.root_at(cp.size) != cp.root:

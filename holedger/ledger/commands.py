@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from holedger.ledger.store import Ledger
+    from holedger.ledger.store import Ledger, RunInfo
 
 from holedger.output import console, emit_json, settings, table
 
@@ -91,10 +91,20 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
         click.echo("no runs yet (hint: 'holedger demo' or 'holedger run open --task T')")
         return
     # The opening time to the minute (UTC), kept whole; --json has it to the microsecond.
-    rows = [[i.run_id, i.task_id, i.optimizer, i.events, i.state, _minute(i.opened)] for i in infos]
+    rows = [
+        [i.run_id, i.task_id, _optimizer(i), i.events, i.state, _minute(i.opened)] for i in infos
+    ]
     columns = ["run", "task", "optimizer", "events", "state", "opened (UTC)"]
     whole = ("run", "events", "state", "opened (UTC)")
     console().print(table(None, columns, rows, whole=whole))
+
+
+def _optimizer(info: RunInfo) -> str:
+    """The optimizer column: an audit's control run says so (no optimizer searched in it)."""
+    of = info.control_of
+    if of is None:
+        return info.optimizer
+    return f"control run of audit {of.get('audit_id')} of run {of.get('run_id')}"
 
 
 def _minute(time: str) -> str:

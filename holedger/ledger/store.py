@@ -64,6 +64,7 @@ from holedger.schemas.canonical import canonical_json
 from holedger.schemas.events import (
     SCHEMA_VERSION,
     Checkpoint,
+    ControlOf,
     EvolveTerms,
     OptimizerDescriptor,
     PublicKeyInfo,
@@ -100,6 +101,7 @@ class RunInfo:
     opened: str
     closed: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    control_of: dict[str, str] | None = None  # a control run's RunOpened.control_of
 
 
 CLOSE_ATTEMPTS = 50
@@ -231,6 +233,7 @@ class Ledger:
         run_id: str | None = None,
         descriptor: OptimizerDescriptor | None = None,
         rescore_of: RescoreOf | None = None,
+        control_of: ControlOf | None = None,
         solve_evolve: EvolveTerms | None = None,
     ) -> str:
         """Start a run: RunOpened at seq 0 declaring this ledger's keys by role
@@ -244,6 +247,7 @@ class Ledger:
             optimizer=optimizer,
             descriptor=descriptor,
             rescore_of=rescore_of,
+            control_of=control_of,
             solve_evolve=solve_evolve,
             keys=self.declared_keys(),
             origin=origin_of(run_id),
@@ -539,9 +543,9 @@ class Ledger:
                     # "aborted": closed by `holedger run abort`, without a score
                     state=("aborted" if reason == "aborted" else "closed") if closed else "open",
                     opened=str(first.envelope["time"]),
-                    # the RunClosed event's time: an audit's control evaluations (and their
-                    # checkpoints) may follow it
+                    # RunClosed's time: an audit's control evaluations may follow it
                     closed=str(closed.envelope["time"]) if closed else None,
+                    control_of=payload.get("control_of"),
                 )
             )
         return sorted(infos, key=lambda info: info.opened)

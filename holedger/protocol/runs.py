@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
+from typing import Any
 
 from holedger.errors import UsageError
 from holedger.schemas.canonical import canonical_json
@@ -63,6 +64,17 @@ def control_label(audit_id: str, run_id: str) -> str:
     """The optimizer label of an audit's control run: its RunOpened names the audit and
     the audited run with it (docs/AUDITS.md, "Control evaluations")."""
     return f"hda-control audit={audit_id} run={run_id}"
+
+
+def names_control(
+    control_of: Mapping[str, Any] | None, optimizer: str, audit_id: str, run_id: str
+) -> bool:
+    """Whether a control run's RunOpened names exactly audit ``audit_id`` of run ``run_id``:
+    by its signed field ``control_of``, or (a control run opened before that field) by its
+    optimizer label."""
+    if control_of is None:
+        return optimizer == control_label(audit_id, run_id)
+    return dict(control_of) == {"audit_id": audit_id, "run_id": run_id}
 
 
 def control_scores_digest(rows: Iterable[tuple[str, int, Fraction]]) -> str:

@@ -69,6 +69,8 @@ class LedgerBlobs:
 class LedgerRuns:
     """Other runs' records read from the ledger (the control runs of an audit)."""
 
+    complete = True  # every run of the ledger: a run not here is in no ledger of this home
+
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 

@@ -126,6 +126,15 @@ class RescoreOf(Model):
     index: PositiveCount
 
 
+class ControlOf(Model):
+    """What an audit's control run evaluates for: the audit and the closed run it audits
+    (docs/AUDITS.md, "Control evaluations"). The server sets it when it opens the control
+    run; the audited run's AuditControlEvaluated events name the control run back."""
+
+    audit_id: str = Field(pattern=RUN_ID_PATTERN)
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
+
+
 class RunOpened(Model):
     task_id: str
     task_digest: Sha256Hex
@@ -136,6 +145,9 @@ class RunOpened(Model):
     # A re-scoring run's binding to the run whose nominee it scores again; absent in
     # every other run.
     rescore_of: RescoreOf | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An audit's control run's binding to the audit and the run it audits; absent in
+    # every other run (and in control runs opened before the field: their label names them).
+    control_of: ControlOf | None = Field(default=None, exclude_if=lambda v: v is None)
     keys: dict[Role, PublicKeyInfo]
     origin: str
     checkpoint_interval: PositiveCount

@@ -6,10 +6,11 @@ no optimizer (docs/AUDITS.md, "Control evaluations").
 The trials run in a control run of their own in the same ledger: a closed run takes no
 trial and no model call (its tokens died at its close, and the gateway refuses its calls),
 so the control run is where they get live tokens. It is a run of the audited task whose
-optimizer label names the audit and the audited run (``hda-control audit=<id> run=<id>``),
-opened by the server with a search budget wide enough for the audit's requests, its
-candidates committed with the audited run's parent chain so their commit ids are the
-same, closed when the audit's step is done, and verified by replay as any run.
+RunOpened names the audit and the audited run in the signed field ``control_of`` (and in
+its optimizer label, ``hda-control audit=<id> run=<id>``), opened by the server with a
+search budget wide enough for the audit's requests, its candidates committed with the
+audited run's parent chain so their commit ids are the same, closed when the audit's step
+is done, and verified by replay as any run (check ``control_run`` holds its binding).
 
 Then the server records, in the **audited run's own stream after its RunClosed**, one
 AuditControlEvaluated per request (:func:`record`): the audit, the harness, the commit,
@@ -36,6 +37,7 @@ from holedger.protocol.runs import control_scores_digest
 from holedger.schemas.events import (
     AuditControlEvaluated,
     BudgetVector,
+    ControlOf,
     ControlScore,
     SplitBudget,
 )
@@ -97,7 +99,11 @@ class ControlRun:
             ServerConfig(gateway=gateway, task_loader=lambda ref: wide, default_backend=backend),
         )
         opened = self.service.open_run(
-            task.ref, optimizer=control_label(audit_id, run_id), backend=backend, baseline=baseline
+            task.ref,
+            optimizer=control_label(audit_id, run_id),
+            backend=backend,
+            baseline=baseline,
+            control_of=ControlOf(audit_id=audit_id, run_id=run_id),
         )
         self.run_id = opened.run_id
         self.settings = settings

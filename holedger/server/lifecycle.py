@@ -34,6 +34,7 @@ from holedger.replay.report import counted
 from holedger.sandboxes import get_backend
 from holedger.schemas.events import (
     CandidateCommitted,
+    ControlOf,
     EvolveTerms,
     OptimizerDescriptor,
     RescoreOf,
@@ -73,6 +74,7 @@ def open_run(
     descriptor: OptimizerDescriptor | None = None,
     solve_evolve: EvolveTerms | None = None,
     rescore_of: RescoreOf | None = None,
+    control_of: ControlOf | None = None,
     seed_variant: str | None = None,
 ) -> OpenedRun:
     """RunOpened pinning the task and its seed baseline; the seed (the task's own, or its
@@ -115,6 +117,7 @@ def open_run(
         descriptor=descriptor,
         solve_evolve=solve_evolve,
         rescore_of=rescore_of,
+        control_of=control_of,
     )
     committed = CandidateCommitted(
         candidate=seed.commit,

@@ -71,6 +71,7 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
             for role, k in opened.keys.items()
         },
         "rescore_of": None if opened.rescore_of is None else opened.rescore_of.model_dump(),
+        "control_of": None if opened.control_of is None else opened.control_of.model_dump(),
         "scored": _scored_json(state),
     }
     if as_json:
@@ -97,6 +98,12 @@ def run_show(ctx: click.Context, run: str, as_json: bool) -> None:
         click.echo(
             f"re-scoring {of.index} of run {of.run_id}: its nominee {of.candidate[:12]} "
             f"(tree {of.tree[:12]}) on the test split"
+        )
+    if opened.control_of is not None:
+        click.echo(
+            f"control run of audit {opened.control_of.audit_id} of run "
+            f"{opened.control_of.run_id}: its trials are that audit's control evaluations, "
+            "shown to no optimizer and left out of every analysis"
         )
     if unprojected:
         click.echo(

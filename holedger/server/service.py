@@ -31,7 +31,7 @@ from typing import Any
 
 from holedger.config import Settings
 from holedger.ledger.store import Ledger
-from holedger.schemas.events import OptimizerDescriptor, RescoreOf, SeedBaseline
+from holedger.schemas.events import ControlOf, OptimizerDescriptor, RescoreOf, SeedBaseline
 from holedger.server import baseline, evaluation, heldout, lifecycle, reading, recovery
 from holedger.server.candidates import CandidateRepo, FileMap, TreeLimits
 from holedger.server.commits import CommittedCandidate, commit_candidate
@@ -165,6 +165,7 @@ class RunService:
         baseline: bool = True,
         descriptor: OptimizerDescriptor | None = None,
         rescore_of: RescoreOf | None = None,
+        control_of: ControlOf | None = None,
         seed_variant: str | None = None,
     ) -> OpenedRun:
         """RunOpened pinning the task and its seed baseline; the seed (or the task's seed
@@ -177,6 +178,7 @@ class RunService:
             baseline=baseline,
             descriptor=descriptor,
             rescore_of=rescore_of,
+            control_of=control_of,
             seed_variant=seed_variant,
         )
 

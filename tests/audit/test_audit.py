@@ -27,7 +27,9 @@ from holedger.ledger.merkle import MerkleFrontier
 from holedger.ledger.note import checkpoint_body, sign_note
 from holedger.ledger.store import Ledger
 from holedger.protocol.runs import control_scores_digest
+from holedger.replay.report import ReplayReport
 from holedger.replay.runs import replay_run
+from holedger.schemas.events import ControlOf
 from holedger.schemas.types import ZERO_HASH
 
 from .conftest import AuditedRun, service
@@ -154,6 +156,12 @@ def test_control_evaluations_are_recorded_in_the_audited_run_after_its_close(
     for c in controls:
         opened = ledger.run_terms(c.control_run_id)
         assert opened.optimizer == f"hda-control audit={state.audit_id} run={audited.run_id}"
+        # the signed field names the audit and the run; the control run's own replay
+        # finds it referenced by that run's AuditControlEvaluated events
+        assert opened.control_of == ControlOf(audit_id=state.audit_id, run_id=audited.run_id)
+        own = replay_run(ledger, c.control_run_id)
+        assert own.verified, own.failures
+        assert own.sections["control_run"]["evaluations"] >= 1
     records = list(ledger.records(audited.run_id))
     closed = next(r.seq for r in records if r.type == "RunClosed")
     after = [
@@ -179,6 +187,7 @@ def test_control_evaluations_are_recorded_in_the_audited_run_after_its_close(
     # each cross-checked against the TrialCompleted events of its control run
     assert section["cross_checked"] == section["evaluations"]
     assert section["control_runs_not_at_hand"] == []
+    assert section["control_runs_named_by_label"] == []
     # outside the optimizer's budget: the budget section counts the run's requests only
     assert report.sections["budget_table"] == replay_budget_before(ledger, audited.run_id, closed)
 
@@ -346,13 +355,45 @@ def forged_run(
         attacker.close()
 
 
-def audit_controls_failures(audited: AuditedRun, run_id: str) -> list[str]:
-    """The run replayed afresh: it fails the check audit_controls alone; the reasons."""
+@contextlib.contextmanager
+def forged_control(
+    audited: AuditedRun, cid: str, edit: Callable[[str, dict[str, Any]], dict[str, Any]]
+) -> Iterator[None]:
+    """Control run ``cid`` re-signed with ``edit``, and the audited run re-signed with that
+    control run's new tree heads in its AuditControlEvaluated events (all a server key
+    holder could do), for the ``with`` block; restored after."""
+    from holedger.ledger.fastpath import parse_record
+
+    attacker = Attacker(audited.settings.ledger_url)
+    rows = attacker.rows(cid)
+    attacker.close()
+    key = SigningKey.load(audited.settings.key_path)
+    leaves = [parse_record(raw).leaf_hash for raw in resign_run(rows, key, edit=edit)]
+
+    def rehead(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype != "AuditControlEvaluated" or payload["control_run_id"] != cid:
+            return payload
+        frontier = MerkleFrontier()
+        for leaf in leaves[: payload["control_size"]]:
+            frontier.append(leaf)
+        return {**payload, "control_root": frontier.root().hex()}
+
+    with forged_run(audited, cid, edit), forged_run(audited, audited.run_id, rehead):
+        yield
+
+
+def replayed_afresh(audited: AuditedRun, run_id: str) -> ReplayReport:
+    """The run replayed from a ledger opened now (it reads the forged rows)."""
     fresh = Ledger.from_settings(audited.settings)
     try:
-        replayed = replay_run(fresh, run_id)
+        return replay_run(fresh, run_id)
     finally:
         fresh.close()
+
+
+def audit_controls_failures(audited: AuditedRun, run_id: str) -> list[str]:
+    """The run replayed afresh: it fails the check audit_controls alone; the reasons."""
+    replayed = replayed_afresh(audited, run_id)
     assert replayed.failed_checks() == ["audit_controls"], replayed.failures
     return [f.reason for f in replayed.failures]
 
@@ -380,22 +421,132 @@ def test_a_resigned_control_score_fails_controls_signed(
     assert failed(audited, ledger, finished["audit_id"]) == []
 
 
-def test_a_control_run_that_does_not_name_the_audit_fails_the_audited_runs_replay(
+def renamed(**fields: str | None) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """An edit of RunOpened: ``control_of`` replaced (None: removed, as in a control run
+    opened before the field), ``optimizer`` relabelled when given."""
+
+    def edit(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if etype != "RunOpened":
+            return payload
+        payload = dict(payload)
+        if "control_of" in fields:
+            payload.pop("control_of", None)
+            if fields["control_of"] is not None:
+                audit_id, run_id = str(fields["control_of"]).split("/")
+                payload["control_of"] = {"audit_id": audit_id, "run_id": run_id}
+        if fields.get("optimizer") is not None:
+            payload["optimizer"] = fields["optimizer"]
+        return payload
+
+    return edit
+
+
+OTHER = "0fedcba9-8765-4321-8fed-cba987654321"
+
+
+@pytest.mark.parametrize("other", ["audit", "run"])
+def test_a_control_run_whose_control_of_names_another_audit_or_run_fails(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger, other: str
+) -> None:
+    state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
+    cid = state.controls[0].control_run_id
+    named = f"{OTHER}/{audited.run_id}" if other == "audit" else f"{state.audit_id}/{OTHER}"
+    with forged_control(audited, cid, renamed(control_of=named)):
+        reasons = audit_controls_failures(audited, audited.run_id)
+        audit_id, run_id = named.split("/")
+        # the tree heads are the forged run's: only the name fails, for each evaluation
+        assert reasons and all(
+            f"control run {cid}'s RunOpened does not name this audit and run (its control_of "
+            f"names audit {audit_id} of run {run_id})" in r
+            for r in reasons
+        ), reasons
+        assert "controls_signed" in failed(audited, ledger, finished["audit_id"])
+        # and the control run's own replay: the run it names does not refer to it so
+        own = replayed_afresh(audited, cid)
+        assert own.failed_checks() == ["control_run"], own.failures
+        assert own.failures[0].type == "RunOpened"
+        assert (
+            f"names this run for audit {state.audit_id}" in own.failures[0].reason
+            if other == "audit"
+            else f"run {OTHER}: that run is not in this ledger" in own.failures[0].reason
+        )
+    assert replay_run(ledger, audited.run_id).verified
+
+
+def test_a_control_run_without_control_of_falls_back_to_its_label(
     finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
 ) -> None:
     state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
-    assert replay_run(ledger, audited.run_id).verified
-
-    def relabel(etype: str, payload: dict[str, Any]) -> dict[str, Any]:
-        if etype == "RunOpened":
-            return {**payload, "optimizer": "hda-control audit=someone-else run=elsewhere"}
-        return payload
-
-    with forged_run(audited, state.controls[0].control_run_id, relabel):
+    cid = state.controls[0].control_run_id
+    # removed, the label still naming the audit and run (a log written before the field):
+    # it verifies, and the check says it was named by its label only
+    with forged_control(audited, cid, renamed(control_of=None)):
+        report = replayed_afresh(audited, audited.run_id)
+        own = replayed_afresh(audited, cid)
+        assert report.verified, report.failures
+        assert report.sections["audit_controls"]["control_runs_named_by_label"] == [cid]
+        [check] = [c for c in report.checks if c.name == "audit_controls"]
+        assert "1 control run opened before control_of, named by its optimizer label" in (
+            check.detail
+        )
+        assert own.verified and "control_run" not in own.sections
+    # removed, and the label naming another audit: it fails by name
+    relabel = renamed(control_of=None, optimizer=f"hda-control audit={OTHER} run=elsewhere")
+    with forged_control(audited, cid, relabel):
         reasons = audit_controls_failures(audited, audited.run_id)
-        assert any("RunOpened does not name this audit and run" in r for r in reasons)
-        assert "controls_signed" in failed(audited, ledger, finished["audit_id"])
+        assert any(
+            f"control run {cid}'s RunOpened does not name this audit and run (no control_of; "
+            "its optimizer label names another)" in r
+            for r in reasons
+        ), reasons
+    # relabelled with the field kept: the signed field decides
+    with forged_control(
+        audited, cid, renamed(optimizer=f"hda-control audit={OTHER} run=elsewhere")
+    ):
+        assert replayed_afresh(audited, audited.run_id).verified
     assert replay_run(ledger, audited.run_id).verified
+
+
+def test_control_runs_are_left_out_of_the_analyses_by_their_control_of(
+    finished: dict[str, Any], audited: AuditedRun, ledger: Ledger
+) -> None:
+    from holedger.analysis.gains import gather
+    from holedger.analysis.sources import from_runs
+
+    state = read_audit(AuditLog(ledger.app.engine), finished["audit_id"])
+    controls = {c.control_run_id for c in state.controls}
+    url = audited.settings.ledger_url
+
+    def read() -> tuple[set[str], set[str], dict[str, str]]:
+        fresh = Ledger.from_settings(audited.settings)
+        try:
+            kept = gather(
+                ledger=fresh,
+                bundles=(),
+                task_id=None,
+                verify=False,
+                trusted_keys=(),
+                excluded=[],
+                no_baseline=[],
+            )
+        finally:
+            fresh.close()
+        source = from_runs(ledger_url=url, verify=False)
+        return {g.run_id for g in kept}, set(source.scored), dict(source.left_out)
+
+    gains, scored, left = read()
+    assert audited.run_id in gains and audited.run_id in scored
+    why = f"a control run of audit {state.audit_id} of run {audited.run_id}, no optimizer's search"
+    assert controls and all(left[c] == why for c in controls)
+    assert not controls & (gains | scored)
+    # the field decides: the scored audited run, re-signed with control_of, is left out of
+    # the gains and the grid's source, and named as a control run
+    with forged_run(audited, audited.run_id, renamed(control_of=f"{OTHER}/{OTHER}")):
+        gains, scored, left = read()
+    assert audited.run_id not in gains | scored
+    assert left[audited.run_id] == (
+        f"a control run of audit {OTHER} of run {OTHER}, no optimizer's search"
+    )
 
 
 def test_a_resigned_control_score_in_the_audited_run_fails(

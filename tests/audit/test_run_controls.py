@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from ledger.attacker import Attacker, resign_run
@@ -17,7 +18,14 @@ from holedger.ledger.keys import SigningKey
 from holedger.ledger.store import Ledger
 from holedger.protocol.runs import control_scores_digest
 from holedger.replay.runs import replay_run
-from holedger.schemas.events import AuditControlEvaluated, ControlScore
+from holedger.schemas.events import (
+    AuditControlEvaluated,
+    ControlOf,
+    ControlScore,
+    OptimizerRead,
+    ReadItem,
+)
+from holedger.server.lifecycle import OpenedRun
 
 from .conftest import AuditedRun, service
 
@@ -81,6 +89,7 @@ def test_the_writer_takes_control_evaluations_only_after_run_closed(
         "audits": [AUDIT],
         "cross_checked": 0,
         "control_runs_not_at_hand": [CONTROL_RUN],
+        "control_runs_named_by_label": [],
     }
     [check] = [c for c in report.checks if c.name == "audit_controls"]
     assert check.ok and "1 not (control run not at hand)" in check.detail
@@ -152,3 +161,108 @@ def test_run_list_gives_the_run_closed_time_not_the_last_control_evaluations(
     [row] = [r for r in json.loads(listed.output) if r["run_id"] == run_id]
     assert row["closed"] == closed.envelope["time"]
     assert row["state"] == "aborted" and row["events"] == len(records)
+
+
+@pytest.mark.parametrize("named", ["control run", "control request", "control trial"])
+def test_an_optimizer_read_naming_a_control_run_fails_audit_controls(
+    small_run: tuple[str, str], ledger: Ledger, named: str
+) -> None:
+    run_id, seed = small_run
+    made = statement(seed, [("dev-0", 0, 1), ("dev-1", 0, 0)])
+    shown = {
+        "control run": {"candidate": CONTROL_RUN},
+        "control request": {"request_id": made.request_id},
+        "control trial": {"request_id": made.scores[1].trial_id},
+    }[named]
+    last = list(ledger.records(run_id))[-1]
+    read = ReadItem(kind="evaluations", after_seq=last.seq, time=last.envelope["time"], **shown)
+    at = ledger.append(run_id, "OptimizerRead", OptimizerRead(reads=[read]), "server").seq
+    ledger.close_run(run_id, reason="completed")
+    ledger.append_many(run_id, [("AuditControlEvaluated", made, "server")])
+    report = replay_run(ledger, run_id)
+    assert report.failed_checks() == ["audit_controls"], report.failures
+    [failure] = report.failures
+    assert (failure.seq, failure.type) == (at, "OptimizerRead")
+    assert f"names control run {CONTROL_RUN} or its request {made.request_id}" in failure.reason
+    assert "a control trial was shown to the optimizer" in failure.reason
+
+
+def test_an_optimizer_read_naming_nothing_of_the_control_run_passes(
+    small_run: tuple[str, str], ledger: Ledger
+) -> None:
+    run_id, seed = small_run
+    last = list(ledger.records(run_id))[-1]
+    read = ReadItem(kind="evaluations", after_seq=last.seq, time=last.envelope["time"])
+    ledger.append(run_id, "OptimizerRead", OptimizerRead(reads=[read]), "server")
+    ledger.close_run(run_id, reason="completed")
+    ledger.append_many(
+        run_id, [("AuditControlEvaluated", statement(seed, [("dev-0", 0, 1)]), "server")]
+    )
+    assert replay_run(ledger, run_id).verified
+
+
+def closed_run_with_control_of(audited: AuditedRun, ledger: Ledger, run_id: str) -> OpenedRun:
+    """A run of the tiny task opened by the server as if a control run of audit AUDIT of
+    run ``run_id`` (no trial), closed; no audit refers to it."""
+    svc = service(audited.settings, ledger)
+    try:
+        opened = svc.open_run(
+            str(audited.task_dir),
+            optimizer="an-ordinary-search",
+            baseline=False,
+            control_of=ControlOf(audit_id=AUDIT, run_id=run_id),
+        )
+    finally:
+        svc.close()
+    ledger.close_run(opened.run_id, reason="completed")
+    return opened
+
+
+def test_a_run_carrying_control_of_that_no_audit_refers_to_fails_control_run(
+    audited: AuditedRun, ledger: Ledger
+) -> None:
+    opened = closed_run_with_control_of(audited, ledger, audited.run_id)
+    report = replay_run(ledger, opened.run_id)
+    assert report.failed_checks() == ["control_run"], report.failures
+    [failure] = report.failures
+    assert failure.type == "RunOpened"
+    assert f"no AuditControlEvaluated of run {audited.run_id} names this run" in failure.reason
+    assert report.sections["control_run"] == {
+        "audit_id": AUDIT,
+        "run_id": audited.run_id,
+        "audited_run_at_hand": True,
+        "evaluations": 0,
+    }
+    # run list and run show say what it claims to be
+    import json
+
+    from click.testing import CliRunner
+
+    from holedger.cli import cli
+
+    home = ["--home", str(audited.settings.home)]
+    listed = json.loads(CliRunner().invoke(cli, [*home, "run", "list", "--json"]).output)
+    [row] = [r for r in listed if r["run_id"] == opened.run_id]
+    assert row["control_of"] == {"audit_id": AUDIT, "run_id": audited.run_id}
+    text = CliRunner().invoke(cli, [*home, "run", "show", opened.run_id]).output
+    assert f"control run of audit {AUDIT} of run {audited.run_id}" in text
+
+
+def test_a_control_run_naming_a_run_not_in_its_ledger_fails_and_its_bundle_says_so(
+    audited: AuditedRun, ledger: Ledger, tmp_path: Path
+) -> None:
+    from holedger.bundles.export import export_bundle
+    from holedger.bundles.verify import verify_bundle
+
+    opened = closed_run_with_control_of(audited, ledger, CONTROL_RUN)  # no such run here
+    report = replay_run(ledger, opened.run_id)
+    assert report.failed_checks() == ["control_run"], report.failures
+    assert f"run {CONTROL_RUN}: that run is not in this ledger" in report.failures[0].reason
+    # the run's bundle alone: the run it names is not at hand, and the check says so
+    bundle = tmp_path / "control.bundle"
+    export_bundle(ledger, opened.run_id, bundle)
+    alone = verify_bundle(bundle)
+    assert alone.verified, alone.failures
+    [check] = [c for c in alone.checks if c.name == "control_run"]
+    assert "that run is not at hand, its reference to this run not checked" in check.detail
+    assert alone.sections["control_run"]["audited_run_at_hand"] is False

@@ -41,6 +41,10 @@ from holedger.replay.checks.audit_controls import AuditControlsFold  # noqa: E40
 
 CHECKS.append(AuditControlsFold)
 
+from holedger.replay.checks.control_run import ControlRunFold  # noqa: E402
+
+CHECKS.append(ControlRunFold)
+
 from holedger.replay.checks.evolve import EvolveFold  # noqa: E402
 
 CHECKS.append(EvolveFold)

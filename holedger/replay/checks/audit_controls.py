@@ -13,17 +13,25 @@ EvaluationRequested and no DisclosureProjected. This check holds them to that fo
 * H0 and H0scale evaluate the run's seed commit; Hval (B5's val-selected candidate) is a
   candidate of the run, and is the only harness scored on the test split;
 * its scores are one per case and attempt, exactly, and hash to ``scores_digest``;
+* no DisclosureProjected and no OptimizerRead of this run names its control run, its
+  request or its trials (the control run's trials are shown to no optimizer);
 * where its control run is at hand (``CheckInputs.runs``: the same ledger, or an audits
-  bundle), it is that run's word: the control run's RunOpened names this audit and run
-  (optimizer label ``hda-control audit=<id> run=<id>``) and is signed by this run's server
-  key, its first ``control_size`` records hash to ``control_root``, they hold the request
-  (same commit, split, cases and attempts, accepted), and the TrialCompleted events of
-  that request are exactly the stated scores (trial id, case, attempt, score). Where it is
-  not at hand (a run bundle alone), the check says how many it could not cross-check.
+  bundle), it is that run's word: the control run's RunOpened names exactly this audit and
+  run in its signed field ``control_of`` (a control run opened before that field: in its
+  optimizer label ``hda-control audit=<id> run=<id>``, and the detail says how many were
+  named by the label only) and is signed by this run's server key, its first
+  ``control_size`` records hash to ``control_root``, they hold the request (same commit,
+  split, cases and attempts, accepted), and the TrialCompleted events of that request are
+  exactly the stated scores (trial id, case, attempt, score). Where it is not at hand (a
+  run bundle alone), the check says how many it could not cross-check.
+
+The control run's own replay holds it to the other side (``control_run``, in
+:mod:`holedger.replay.checks.control_run`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -34,8 +42,10 @@ from holedger.replay.report import ReportBuilder, counted
 from holedger.schemas.events import (
     AuditControlEvaluated,
     CandidateCommitted,
+    DisclosureProjected,
     EvaluationRequested,
     Model,
+    OptimizerRead,
     RunClosed,
 )
 
@@ -53,11 +63,15 @@ class AuditControlsFold:
         self.runs = getattr(ctx.inputs, "runs", None)
         self.control_runs: dict[str, list[Record] | None] = {}
         self.crossed = 0  # control evaluations checked against their control run
+        self.by_label: set[str] = set()  # control runs named by their label only (older)
+        # every string a projection or read of the run held: where it was first shown
+        self.shown: dict[str, tuple[int, str]] = {}
+        self.controls: list[AuditControlEvaluated] = []
         self.not_here: set[str] = set()  # control runs not at hand
         self.closed = False
         self.requests: set[str] = set()
         self.committed: set[str] = set()
-        self.failures: list[tuple[int, str]] = []
+        self.failures: list[tuple[int, str, str]] = []
         self.audits: dict[str, int] = {}
         self.trials = 0
 
@@ -68,11 +82,15 @@ class AuditControlsFold:
             self.committed.add(payload.candidate)
         elif isinstance(payload, RunClosed):
             self.closed = True
+        elif isinstance(payload, DisclosureProjected | OptimizerRead):
+            for text in _strings(rec.payload):
+                self.shown.setdefault(text, (rec.seq, rec.type))
         elif isinstance(payload, AuditControlEvaluated):
+            self.controls.append(payload)
             self.audits[payload.audit_id] = self.audits.get(payload.audit_id, 0) + 1
             self.trials += len(payload.scores)
             for reason in self._problems(rec, payload) + self._cross_check(payload):
-                self.failures.append((rec.seq, reason))
+                self.failures.append((rec.seq, ETYPE, reason))
 
     def _problems(self, rec: Record, control: AuditControlEvaluated) -> list[str]:
         what = f"control evaluation {control.request_id} of audit {control.audit_id}"
@@ -125,9 +143,19 @@ class AuditControlsFold:
         self.crossed += 1
         first = records[0].payload if records and records[0].type == "RunOpened" else {}
         problems = []
-        if first.get("optimizer") != control_label(control.audit_id, self.run_id):
+        named = first.get("control_of")
+        if named is None:  # opened before the field: its label names the audit and run
+            self.by_label.add(cid)
+            if first.get("optimizer") != control_label(control.audit_id, self.run_id):
+                problems.append(
+                    f"{what}: control run {cid}'s RunOpened does not name this audit and run "
+                    "(no control_of; its optimizer label names another)"
+                )
+        elif named != {"audit_id": control.audit_id, "run_id": self.run_id}:
             problems.append(
-                f"{what}: control run {cid}'s RunOpened does not name this audit and run"
+                f"{what}: control run {cid}'s RunOpened does not name this audit and run "
+                f"(its control_of names audit {named.get('audit_id')} of run "
+                f"{named.get('run_id')})"
             )
         if (first.get("keys") or {}).get("server") != self.server_key:
             problems.append(f"{what}: control run {cid} is not signed by this run's server key")
@@ -174,10 +202,36 @@ class AuditControlsFold:
             )
         return problems
 
+    def _disclosed(self) -> None:
+        """Fail the projection or read of this run that first showed a control run, one of
+        its control requests or trials (each string's first): those are shown to no
+        optimizer."""
+        for control in self.controls:
+            trials = {s.trial_id for s in control.scores}
+            ids = (control.control_run_id, control.request_id)
+            where = sorted(
+                {
+                    at
+                    for text, at in self.shown.items()
+                    if text in trials or any(i in text for i in ids)
+                }
+            )
+            for seq, etype in where:
+                self.failures.append(
+                    (
+                        seq,
+                        etype,
+                        f"{etype} names control run {control.control_run_id} or its "
+                        f"request {control.request_id} of audit {control.audit_id}: "
+                        "a control trial was shown to the optimizer",
+                    )
+                )
+
     def finish(self, out: ReportBuilder) -> None:
         out.declare(CHECK, "audit control evaluations: after RunClosed, no optimizer's")
-        for seq, reason in self.failures:
-            out.fail(seq, ETYPE, reason, check=CHECK)
+        self._disclosed()
+        for seq, etype, reason in self.failures:
+            out.fail(seq, etype, reason, check=CHECK)
         evaluations = sum(self.audits.values())
         out.section(
             CHECK,
@@ -187,6 +241,7 @@ class AuditControlsFold:
                 "audits": sorted(self.audits),
                 "cross_checked": self.crossed,
                 "control_runs_not_at_hand": sorted(self.not_here),
+                "control_runs_named_by_label": sorted(self.by_label),
             },
         )
         if not self.failures:
@@ -195,6 +250,11 @@ class AuditControlsFold:
                 if self.crossed < evaluations
                 else ""
             )
+            if self.by_label:
+                crossed += (
+                    f"; {counted(len(self.by_label), 'control run')} opened before control_of,"
+                    " named by its optimizer label only"
+                )
             out.check(
                 CHECK,
                 True,
@@ -204,3 +264,16 @@ class AuditControlsFold:
                 if evaluations
                 else "no audit's control evaluation recorded",
             )
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value (keys and values)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
