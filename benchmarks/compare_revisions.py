@@ -1,7 +1,9 @@
 """Two revisions measured side by side, each with its own code, in one run.
 
     python benchmarks/compare_revisions.py [BEFORE] [AFTER] [--rounds 2] [--demo-runs 2]
-        [--gateway-requests 1500] [--no-demo] [--json]
+        [--gateway-requests 1500] [--no-demo | --demo-parallel] [--only ledger,gateway,demo]
+        [--log FILE] [--json]
+    python benchmarks/compare_revisions.py --from-log FILE
 
 BEFORE defaults to the tree before the shared rules moved to ``holedger/protocol/`` (the
 parent of that change), AFTER to HEAD. Each revision is checked out as a temporary git
