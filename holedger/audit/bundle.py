@@ -32,6 +32,7 @@ from holedger.audit import carried
 from holedger.audit.facts import RunFacts, read_run
 from holedger.audit.hda import read_audit
 from holedger.audit.log import AuditLog
+from holedger.bundles.attachments import Attachment, Verdict
 from holedger.config import Settings
 from holedger.errors import NotFoundError, UsageError, VerificationError
 from holedger.ledger.fastpath import parse_record
@@ -262,10 +263,9 @@ def verify_audits(
         engine.dispose()
 
 
-def attachment() -> Any:
+def attachment() -> Attachment:
     """The ``audits`` attachment of run bundles (holedger.bundles.attachments): ``export
     --audits`` carries the run's audits bundle, ``verify`` verifies every audit in it."""
-    from holedger.bundles.attachments import Attachment, Verdict
 
     def make(ledger: Any, settings: Any, run_id: str) -> bytes:
         return audits_bytes(ledger, run_id, settings)[0]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from holedger.errors import UsageError
 from holedger.output import console, emit_json, settings, table
 from holedger.replay.commands import OTHER_LOGS
 from holedger.replay.options import trusted_key_option
+
+if TYPE_CHECKING:
+    from holedger.ledger.keys import PublicKey
 
 KEY_HELP = "The auditor's private key file (make one with 'holedger audit key new FILE')."
 
@@ -572,10 +575,21 @@ def analysis_hda_cmd(ctx: click.Context, verify: bool, as_json: bool) -> None:
 
 
 def register(cli: click.Group) -> None:
-    from holedger.audit.bundle import attachment
+    from holedger.bundles.attachments import Attachment, Verdict
     from holedger.bundles.attachments import register as carry
 
-    carry(attachment())  # export --audits, and verify, of run bundles
+    # export --audits, and verify, of run bundles; their code loads when used, not at start
+    def make(ledger: Any, settings: Any, run_id: str) -> bytes:
+        from holedger.audit.bundle import attachment
+
+        return attachment().make(ledger, settings, run_id)
+
+    def verify(data: bytes, run_id: str, trusted: Sequence[PublicKey]) -> Verdict:
+        from holedger.audit.bundle import attachment
+
+        return attachment().verify(data, run_id, trusted)
+
+    carry(Attachment("audits", make, verify))
     cli.add_command(audit_group)
     if replay_audit not in OTHER_LOGS:
         OTHER_LOGS.append(replay_audit)

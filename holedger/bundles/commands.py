@@ -24,9 +24,7 @@ from holedger.bundles.cli_io import (
     read_text,
     tlog_policy,
 )
-from holedger.bundles.export import ExportSummary, export_bundle
 from holedger.bundles.proof_commands import checkpoint_group, prove_cmd, verify_proof_cmd
-from holedger.bundles.verify import verify_bundle
 from holedger.errors import NotFoundError, UsageError
 from holedger.ledger.keys import load_trusted_keys
 from holedger.output import console, emit_json, progress_bar, settings
@@ -34,6 +32,7 @@ from holedger.replay.commands import print_report
 from holedger.replay.options import audit_task_option, trusted_key_option, witness_options
 
 if TYPE_CHECKING:
+    from holedger.bundles.export import ExportSummary
     from holedger.ledger.store import Ledger
 
 
@@ -79,6 +78,8 @@ def export_cmd(
             "--baseline-output names the same file as --output",
             hint="write the baseline run's bundle to a file of its own",
         )
+    from holedger.bundles.export import export_bundle  # loaded when run: every command starts
+
     ledger = open_ledger(ctx)
     written: list[ExportSummary] = []
     exports: list[tuple[str, str, list[str]]] = []
@@ -193,6 +194,8 @@ def verify_cmd(
 
     Exit 0 verified, 1 verification failed, 2 bad usage or a malformed bundle.
     """
+
+    from holedger.bundles.verify import verify_bundle  # loaded when run: every command starts
 
     keys = load_trusted_keys(list(trusted))
     notes = [read_text(f, "checkpoint") for f in checkpoint_files]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -72,12 +73,19 @@ def sim_serve(host: str, port: int, seed: int, chunk_delay: float, latency: floa
     server.run()
 
 
+def upstreams_section(settings: Any) -> tuple[str, Any, Any]:
+    """`holedger doctor`'s upstreams section; its module (an HTTP client, every wire
+    format) loads when doctor runs, not with every command."""
+    from holedger.gateway.doctor import doctor_section
+
+    return doctor_section(settings)
+
+
 def register(cli: click.Group) -> None:
     """Add this room's commands to the `holedger` group."""
-    from holedger.gateway.doctor import doctor_section
     from holedger.sandboxes.commands import DOCTOR_SECTIONS
 
     cli.add_command(token_command)
     cli.add_command(sim_group)
-    if doctor_section not in DOCTOR_SECTIONS:
-        DOCTOR_SECTIONS.append(doctor_section)  # `holedger doctor` checks the upstreams
+    if upstreams_section not in DOCTOR_SECTIONS:
+        DOCTOR_SECTIONS.append(upstreams_section)  # `holedger doctor` checks the upstreams
