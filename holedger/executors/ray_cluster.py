@@ -60,13 +60,17 @@ FRONT_PORT_ENV = "HOLEDGER_FRONT_PORT"
 
 
 def parse_url(url: str) -> tuple[str, int]:
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "ray" or not parts.hostname or parts.port is None:
+    try:  # a port that is not a number or past 65535, an unclosed [IPv6 address
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or parts.scheme != "ray" or not parts.hostname:
         raise UsageError(
             f"executor {url!r} is not ray://HOST:PORT",
             hint="give the Ray head's address, e.g. ray://10.0.0.2:6379",
         )
-    return parts.hostname, parts.port
+    return parts.hostname, port
 
 
 def _require_ray() -> None:
