@@ -542,10 +542,12 @@ def rescore_cmd(ctx: click.Context, run: str, times: int, workers: int, as_json:
                 err=True,
             )
 
-    with _service(ctx, workers) as service:
+    def announce(run_id: str) -> None:
         if not as_json:
-            click.echo(f"re-scoring the nominee of {run} on the test split, {times} time(s)")
-        out = rescore(service, run, times, progress=say)
+            click.echo(f"re-scoring the nominee of {run_id} on the test split, {times} time(s)")
+
+    with _service(ctx, workers) as service:
+        out = rescore(service, run, times, progress=say, start=announce)
     if as_json:
         emit_json({"rescorings": [r.as_json() for r in out]})
         return

@@ -60,8 +60,11 @@ def rescore(
     times: int,
     *,
     progress: Callable[[Rescored], None] | None = None,
+    start: Callable[[str], None] | None = None,
 ) -> list[Rescored]:
-    """Re-score ``run``'s nominee ``times`` times; each a closed, scored run of its own."""
+    """Re-score ``run``'s nominee ``times`` times; each a closed, scored run of its own.
+    ``start`` is told the run id once every check has passed (nothing is said before a
+    refusal)."""
     if not 1 <= times <= MAX_TIMES:
         raise UsageError(f"--times {times} is not from 1 to {MAX_TIMES}", hint="e.g. --times 2")
     run_id = service.ledger.resolve_run(run)
@@ -87,6 +90,8 @@ def rescore(
     config = RunConfig.load(service.settings, run_id)
     files = service.repo(run_id).files(nominee)
     out: list[Rescored] = []
+    if start is not None:
+        start(run_id)
     first = earlier_rescorings(service, run_id) + 1
     for index in range(first, first + times):
         bound = RescoreOf(run_id=run_id, candidate=nominee, tree=tree, index=index)
