@@ -110,7 +110,14 @@ def test_a_control_evaluation_that_is_one_of_the_runs_requests_fails_audit_contr
     report = replay(writer.run_id)
     assert {n for n, ok in checks(report).items() if not ok} == {"audit_controls"}
     what = f"{rec.seq}:AuditControlEvaluated:control evaluation req-1 of audit {AUDIT}"
+    # The request's own projection (seq 8) now reads as a control trial shown to the
+    # optimizer too: the same forgery, seen from the disclosure side.
+    shown = (
+        f"8:DisclosureProjected:DisclosureProjected names control run {writer.run_id} or its "
+        f"request req-1 of audit {AUDIT}: a control trial was shown to the optimizer"
+    )
     assert failures_of(report, "audit_controls") == [
+        shown,
         f"{what} is a request of this run: its projection was shown to the optimizer",
         f"{what} names this run as its control run: it ran in the run",
     ]
