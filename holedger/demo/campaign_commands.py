@@ -33,8 +33,8 @@ def campaign_group() -> None:
     "--example",
     is_flag=True,
     help="Run the bundled offline grid: 3 configurations of the example optimizer, in a "
-    "common and a native harness, 2 replicates (12 runs, about 860 trials; measured: 14 "
-    "CPU-minutes, so at least 7 minutes on 2 cores, longer on a busy machine).",
+    "common and a native harness, 2 replicates (12 runs, about 860 trials; measured: about "
+    "6 minutes on 2 idle cores, 10 to 14 CPU-minutes, longer on a busy machine).",
 )
 @click.option(
     "--executor",
@@ -71,9 +71,9 @@ def run_cmd(
         say(
             f"campaign {grid.name}: {len(grid.cells)} runs of the example optimizer on the "
             f"bundled task, offline, held-out scoring on {grid.test_cases} of its test cases: "
-            "about 860 trials (each a Python that imports the openai SDK), measured at 14 "
-            "CPU-minutes: at least 7 minutes on 2 cores, longer on a busy machine "
-            "(benchmarks/RESULTS.md, 'Campaigns')"
+            "about 860 trials (each a Python that imports the openai SDK), measured at 5.3 "
+            "minutes on 2 idle cores (10 to 14 CPU-minutes), under 15 minutes; longer on a "
+            "busy machine (benchmarks/RESULTS.md, 'Campaigns')"
         )
     progress = None
     if err.is_terminal and not as_json:
