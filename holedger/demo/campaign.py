@@ -37,7 +37,7 @@ from typing import Any
 
 from holedger.config import Settings
 from holedger.demo.campaign_tasks import task_refs
-from holedger.demo.grid import Cell, Grid
+from holedger.demo.grid import Cell, Grid, descriptor_of
 from holedger.demo.optimizer_log import save_optimizer_log
 from holedger.demo.sandboxed import (
     PrivateServer,
@@ -50,7 +50,6 @@ from holedger.demo.sandboxed import (
 from holedger.errors import HoledgerError, NotFoundError, UsageError
 from holedger.ledger.store import Ledger
 from holedger.sandboxes.spec import Backend
-from holedger.schemas.events import OptimizerDescriptor
 
 ABORT_WHY = "the campaign was cut short during this run's search; its cell runs again"
 POLL_S = 0.5
@@ -106,17 +105,6 @@ class CampaignSummary:
             "seconds": round(self.seconds, 1),
             "problems": self.problems,
         }
-
-
-def descriptor_of(cell: Cell) -> OptimizerDescriptor:
-    return OptimizerDescriptor(
-        model=cell.model,
-        family=cell.family,
-        release=cell.release,
-        harness=cell.harness,
-        harness_scope=cell.scope,
-        replicate=cell.replicate,
-    )
 
 
 def cell_runs(

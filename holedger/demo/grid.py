@@ -35,9 +35,12 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from holedger.errors import UsageError
+
+if TYPE_CHECKING:
+    from holedger.schemas.events import OptimizerDescriptor
 
 EXAMPLE_GRID = Path(__file__).resolve().parent / "grids" / "offline.toml"
 LABEL_PREFIX = "campaign:"
@@ -192,17 +195,8 @@ def _signable(cell: Cell, bad: Any) -> None:
     not refused at its first run of the cell, after others ran."""
     from pydantic import ValidationError
 
-    from holedger.schemas.events import OptimizerDescriptor
-
     try:
-        OptimizerDescriptor(
-            model=cell.model,
-            family=cell.family,
-            release=cell.release,
-            harness=cell.harness,
-            harness_scope=cell.scope,
-            replicate=cell.replicate,
-        )
+        descriptor_of(cell)
     except ValidationError as exc:
         field = str(exc.errors()[0]["loc"][0])
         raise bad(
@@ -249,3 +243,17 @@ def _first_duplicate(items: list[str]) -> str:
             return item
         seen.add(item)
     return ""
+
+
+def descriptor_of(cell: Cell) -> OptimizerDescriptor:
+    """The optimizer descriptor a cell's runs sign in RunOpened."""
+    from holedger.schemas.events import OptimizerDescriptor
+
+    return OptimizerDescriptor(
+        model=cell.model,
+        family=cell.family,
+        release=cell.release,
+        harness=cell.harness,
+        harness_scope=cell.scope,
+        replicate=cell.replicate,
+    )
